@@ -1,0 +1,195 @@
+"""A header-only view of a checkpoint: tensor name -> (file, dtype, shape, byte range).
+
+Opening a catalog reads ``config.json`` (and ``hf_quant_config.json`` when present), the index
+and every shard's header; it never reads tensor data. Layouts understood:
+
+- a folder with ``model.safetensors.index.json`` (the index decides which shards count);
+- a folder of ``*.safetensors`` shards without an index;
+- a single ``.safetensors`` file (its folder's config.json is used when present).
+
+Example::
+
+    cat = open_catalog("/models/DeepSeek-R1")
+    e = cat.tensors["model.layers.3.mlp.experts.0.down_proj.weight"]
+    # TensorEntry(name=..., file='model-00002-of-00163.safetensors', dtype='F8_E4M3',
+    #             shape=(7168, 2048), begin=123456, end=14803520)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES, FileHeader, read_header
+from checkpoint_tool.errors import InputError
+
+INDEX_NAME = "model.safetensors.index.json"
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """Where one tensor lives: ``file`` is relative to the catalog root; offsets are absolute."""
+
+    name: str
+    file: str
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+
+@dataclass
+class Catalog:
+    """Everything ckpt knows about a checkpoint before reading any tensor data."""
+
+    root: Path
+    tensors: dict[str, TensorEntry]
+    files: list[str]
+    config: dict | None = None
+    hf_quant_config: dict | None = None
+    index: dict | None = None
+    source: str = ""
+    revision: str | None = None
+    headers: dict[str, FileHeader] = field(default_factory=dict, repr=False)
+    header_bytes_read: int = 0
+
+    def path_of(self, entry: TensorEntry | str) -> Path:
+        file = entry.file if isinstance(entry, TensorEntry) else entry
+        return self.root / file
+
+    def get(self, name: str) -> TensorEntry:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise InputError(
+                f"{self.source or self.root}: no tensor named {name!r}; "
+                "`ckpt inspect` lists the tensors the checkpoint has"
+            ) from None
+
+    @property
+    def side_files(self) -> list[str]:
+        """Non-weight files next to the shards (tokenizer, generation config, ...), sorted."""
+        skip = set(self.files) | {INDEX_NAME}
+        out = []
+        for p in sorted(self.root.rglob("*")):
+            rel = p.relative_to(self.root).as_posix()
+            if p.is_file() and rel not in skip and not rel.startswith(".") and "/." not in rel:
+                if not rel.endswith(".safetensors"):
+                    out.append(rel)
+        return out
+
+
+def open_catalog(source: str | os.PathLike[str], *, headers_only: bool = True) -> Catalog:
+    """Open a local path or a Hugging Face repo id (``org/name``, ``hf://org/name@rev``)."""
+    from checkpoint_tool.catalog.sources import resolve_source
+
+    root, single_file, revision = resolve_source(str(source), headers_only=headers_only)
+    cat = open_local(root, single_file=single_file)
+    cat.source = str(source)
+    cat.revision = revision
+    return cat
+
+
+def open_local(root: Path, *, single_file: str | None = None) -> Catalog:
+    """Open a local folder (or one file inside it) as a catalog."""
+    root = Path(root)
+    if not root.exists():
+        raise InputError(f"{root}: no such file or folder; give a checkpoint folder or a repo id")
+    config = _read_json_if_present(root / "config.json")
+    hf_quant = _read_json_if_present(root / "hf_quant_config.json")
+    index = None
+    if single_file is not None:
+        files = [single_file]
+    elif (root / INDEX_NAME).exists():
+        index = _read_json_if_present(root / INDEX_NAME)
+        files = _files_from_index(root, index or {})
+    else:
+        files = sorted(p.name for p in root.glob("*.safetensors"))
+        if not files:
+            pickles = sorted(p.name for p in root.iterdir() if p.suffix in PICKLE_SUFFIXES)
+            if pickles:
+                raise InputError(
+                    f"{root}: only pickle-based weights ({', '.join(pickles[:3])}); ckpt never "
+                    "unpickles: convert them to safetensors first"
+                )
+            raise InputError(f"{root}: no *.safetensors files and no {INDEX_NAME}")
+    cat = Catalog(root=root, tensors={}, files=files, config=config, hf_quant_config=hf_quant, index=index)
+    for rel in files:
+        header = read_header(root / rel)
+        cat.headers[rel] = header
+        cat.header_bytes_read += 8 + header.header_len
+        for name, th in header.tensors.items():
+            if name in cat.tensors:
+                raise InputError(
+                    f"{root / rel}: tensor {name!r} also appears in {cat.tensors[name].file}; "
+                    "duplicate tensors across shards: remove the stale shard"
+                )
+            cat.tensors[name] = TensorEntry(name, rel, th.dtype, th.shape, th.begin, th.end)
+    if index is not None:
+        _check_index_matches(root, index, cat)
+    return cat
+
+
+def _read_json_if_present(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not valid JSON ({exc}); fix or restore the file") from exc
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: expected a JSON object")
+    return doc
+
+
+def _files_from_index(root: Path, index: dict) -> list[str]:
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise InputError(f"{root / INDEX_NAME}: no 'weight_map' object; the index is corrupt")
+    files: set[str] = set()
+    resolved_root = root.resolve()
+    for name, rel in weight_map.items():
+        if not isinstance(rel, str) or not rel:
+            raise InputError(f"{root / INDEX_NAME}: tensor {name!r}: file entry {rel!r} is not a name")
+        target = (root / rel).resolve()
+        if os.path.isabs(rel) or not target.is_relative_to(resolved_root):
+            raise InputError(
+                f"{root / INDEX_NAME}: tensor {name!r} points at {rel!r}, outside the checkpoint "
+                "folder; refusing a path that escapes it"
+            )
+        if not (root / rel).is_file():
+            raise InputError(
+                f"{root / INDEX_NAME}: tensor {name!r} is mapped to {rel!r}, which is missing; "
+                "download the missing shard or fix the index"
+            )
+        files.add(rel)
+    return sorted(files)
+
+
+def _check_index_matches(root: Path, index: dict, cat: Catalog) -> None:
+    weight_map: dict[str, str] = index["weight_map"]
+    for name, rel in weight_map.items():
+        entry = cat.tensors.get(name)
+        if entry is None:
+            raise InputError(
+                f"{root / rel}: tensor {name!r} is listed in {INDEX_NAME} but not in the shard; "
+                "the index and shards disagree, re-download them"
+            )
+        if entry.file != rel:
+            raise InputError(
+                f"{root / INDEX_NAME}: tensor {name!r} is indexed in {rel} but stored in "
+                f"{entry.file}; the index is stale"
+            )
+    extra = sorted(set(cat.tensors) - set(weight_map))
+    if extra:
+        e = cat.tensors[extra[0]]
+        raise InputError(
+            f"{root / e.file}: tensor {extra[0]!r} (and {len(extra) - 1} more) is not in "
+            f"{INDEX_NAME}; the index is stale, regenerate it"
+        )

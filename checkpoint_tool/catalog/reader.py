@@ -1,0 +1,97 @@
+"""Read tensor bytes by byte range, without loading whole shards.
+
+Reads use ``os.pread`` on the shard at the entry's absolute offsets, so only the bytes a caller
+asks for are read. Raw bytes come back as a torch tensor of the *storage* dtype (``U8`` ->
+uint8, ``F8_E4M3`` -> float8_e4m3fn, ``F8_E8M0`` -> uint8 view, ``F4`` -> uint8 packed bytes).
+
+Example::
+
+    t = read_tensor(cat, cat.get("model.layers.3.mlp.experts.0.gate_proj.weight"))
+    t.dtype, t.shape  # (torch.uint8, torch.Size([192, 128]))
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from checkpoint_tool.catalog.catalog import Catalog, TensorEntry
+from checkpoint_tool.errors import InputError
+
+#: safetensors dtype -> torch dtype of the tensor we hand out. Sub-byte and E8M0 types come
+#: back as uint8 bytes (E8M0: one byte per element; F4: packed, last dim halved).
+TORCH_STORAGE_DTYPE: dict[str, torch.dtype] = {
+    "BOOL": torch.bool,
+    "U8": torch.uint8,
+    "I8": torch.int8,
+    "F8_E4M3": torch.float8_e4m3fn,
+    "F8_E5M2": torch.float8_e5m2,
+    "F8_E8M0": torch.uint8,
+    "I16": torch.int16,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I32": torch.int32,
+    "F32": torch.float32,
+    "I64": torch.int64,
+    "F64": torch.float64,
+    "F4": torch.uint8,
+}
+
+
+def read_range(path: os.PathLike[str] | str, begin: int, end: int) -> bytes:
+    """Read ``[begin, end)`` of a file, raising ``InputError`` on a short read."""
+    n = end - begin
+    buf = bytearray(n)
+    view = memoryview(buf)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot open ({exc.strerror})") from exc
+    try:
+        got = 0
+        while got < n:
+            chunk = os.preadv(fd, [view[got:]], begin + got)
+            if chunk == 0:
+                raise InputError(
+                    f"{path}: file ends at byte {begin + got}, expected data up to {end}; "
+                    "the shard is truncated, re-download it"
+                )
+            got += chunk
+    except OSError as exc:
+        raise InputError(f"{path}: read error at byte {begin} ({exc.strerror})") from exc
+    finally:
+        os.close(fd)
+    return bytes(buf)
+
+
+def storage_shape(entry: TensorEntry) -> tuple[int, ...]:
+    """Shape of the tensor as handed out (F4 logical last dim halved to bytes)."""
+    if entry.dtype == "F4":
+        *lead, last = entry.shape
+        return (*lead, (last + 1) // 2)
+    return entry.shape
+
+
+def bytes_to_tensor(raw: bytes, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
+    """Wrap raw little-endian bytes as a torch tensor of the storage dtype."""
+    if dtype not in TORCH_STORAGE_DTYPE:
+        raise InputError(f"dtype {dtype} cannot be read as a tensor by ckpt")
+    t = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+    return t.view(TORCH_STORAGE_DTYPE[dtype]).reshape(shape)
+
+
+def read_tensor(cat: Catalog, entry: TensorEntry | str) -> torch.Tensor:
+    """Read one whole tensor in its storage dtype."""
+    if isinstance(entry, str):
+        entry = cat.get(entry)
+    raw = read_range(cat.path_of(entry), entry.begin, entry.end)
+    return bytes_to_tensor(raw, entry.dtype, storage_shape(entry))
+
+
+def read_rows(cat: Catalog, entry: TensorEntry, start: int, stop: int) -> torch.Tensor:
+    """Read rows ``[start, stop)`` along dim 0 only (one contiguous byte range)."""
+    shape = storage_shape(entry)
+    row_bytes = entry.nbytes // shape[0] if shape and shape[0] else 0
+    raw = read_range(cat.path_of(entry), entry.begin + start * row_bytes, entry.begin + stop * row_bytes)
+    return bytes_to_tensor(raw, entry.dtype, (stop - start, *shape[1:]))

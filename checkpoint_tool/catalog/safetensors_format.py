@@ -1,0 +1,208 @@
+"""The safetensors container: dtype table, strict header parsing, deterministic header writing.
+
+A safetensors file is ``u64 little-endian header length | JSON header | data``. The header maps
+tensor names to ``{"dtype": "F8_E4M3", "shape": [256, 128], "data_offsets": [begin, end]}``
+(offsets relative to the start of the data region) plus an optional ``__metadata__`` dict of
+strings. We never read tensor data here, and never unpickle anything.
+
+Example::
+
+    header = read_header(Path("model-00001-of-00002.safetensors"))
+    header.tensors["model.layers.3.mlp.experts.0.gate_proj.weight"]
+    # TensorHeader(dtype='U8', shape=(192, 128), begin=4096, end=28672)   (absolute offsets)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from checkpoint_tool.errors import InputError
+
+#: safetensors dtype name -> size of one element in bits. ``F4`` headers record the logical
+#: shape (two elements per byte); ``F6_*`` four elements per three bytes.
+DTYPE_BITS: dict[str, int] = {
+    "BOOL": 8,
+    "U8": 8,
+    "I8": 8,
+    "F8_E4M3": 8,
+    "F8_E5M2": 8,
+    "F8_E8M0": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "I64": 64,
+    "U64": 64,
+    "F64": 64,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "C64": 64,
+}
+
+MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+
+
+def tensor_nbytes(dtype: str, shape: tuple[int, ...] | list[int]) -> int:
+    """Bytes a tensor of ``dtype`` and ``shape`` occupies (sub-byte dtypes packed)."""
+    bits = DTYPE_BITS[dtype] * math.prod(shape)
+    return (bits + 7) // 8
+
+
+@dataclass(frozen=True)
+class TensorHeader:
+    """One header entry with absolute byte offsets ``[begin, end)`` in its file."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int
+    end: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.begin
+
+
+@dataclass(frozen=True)
+class FileHeader:
+    """A parsed, validated safetensors header."""
+
+    path: Path
+    header_len: int
+    file_size: int
+    tensors: dict[str, TensorHeader]
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def data_start(self) -> int:
+        return 8 + self.header_len
+
+
+def read_header(path: Path) -> FileHeader:
+    """Read and validate the header of one safetensors file; raise ``InputError`` on any fault.
+
+    Checks: file long enough, header length within the file, JSON object, known dtypes,
+    integer shapes, offsets that match the shape, lie inside the data region and do not overlap.
+    """
+    path = Path(path)
+    if path.suffix in PICKLE_SUFFIXES:
+        raise InputError(
+            f"{path}: pickle-based checkpoint files are refused (never unpickled); "
+            "convert them to safetensors first"
+        )
+    try:
+        with open(path, "rb") as fh:
+            file_size = os.fstat(fh.fileno()).st_size
+            if file_size < 8:
+                raise InputError(
+                    f"{path}: file is {file_size} bytes, too short for a safetensors header; "
+                    "the shard is truncated, re-download it"
+                )
+            (header_len,) = struct.unpack("<Q", fh.read(8))
+            if header_len > MAX_HEADER_BYTES or 8 + header_len > file_size:
+                raise InputError(
+                    f"{path}: header length {header_len} exceeds the file size {file_size}; "
+                    "the shard is truncated or not safetensors, re-download it"
+                )
+            raw = fh.read(header_len)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror}); check the path and permissions") from exc
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(
+            f"{path}: header is not valid JSON ({exc}); the shard is corrupt, re-download it"
+        ) from exc
+    if not isinstance(doc, dict):
+        raise InputError(f"{path}: header is not a JSON object; the shard is corrupt")
+    metadata = doc.pop("__metadata__", None) or {}
+    if not isinstance(metadata, dict):
+        raise InputError(f"{path}: __metadata__ is not an object; the shard is corrupt")
+    data_start = 8 + header_len
+    data_len = file_size - data_start
+    tensors: dict[str, TensorHeader] = {}
+    for name, info in doc.items():
+        tensors[name] = _parse_entry(path, name, info, data_start, data_len)
+    _check_no_overlap(path, tensors)
+    return FileHeader(path, header_len, file_size, tensors, {str(k): str(v) for k, v in metadata.items()})
+
+
+def _parse_entry(path: Path, name: str, info: object, data_start: int, data_len: int) -> TensorHeader:
+    if not isinstance(info, dict):
+        raise InputError(f"{path}: tensor {name!r}: header entry is not an object; shard is corrupt")
+    dtype = info.get("dtype")
+    if dtype not in DTYPE_BITS:
+        raise InputError(
+            f"{path}: tensor {name!r}: unknown dtype {dtype!r}; "
+            f"supported: {', '.join(sorted(DTYPE_BITS))}"
+        )
+    shape = info.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise InputError(f"{path}: tensor {name!r}: shape {shape!r} is not a list of sizes")
+    offsets = info.get("data_offsets")
+    if (
+        not isinstance(offsets, list)
+        or len(offsets) != 2
+        or not all(isinstance(o, int) for o in offsets)
+        or not 0 <= offsets[0] <= offsets[1]
+    ):
+        raise InputError(f"{path}: tensor {name!r}: data_offsets {offsets!r} are malformed")
+    begin, end = offsets
+    if end > data_len:
+        raise InputError(
+            f"{path}: tensor {name!r}: data_offsets [{begin}, {end}) run past the end of the "
+            f"file (data region is {data_len} bytes); the shard is truncated, re-download it"
+        )
+    expected = tensor_nbytes(dtype, shape)
+    if end - begin != expected:
+        raise InputError(
+            f"{path}: tensor {name!r}: {end - begin} bytes on disk but {dtype}{shape} needs "
+            f"{expected}; the header is corrupt"
+        )
+    return TensorHeader(dtype, tuple(shape), data_start + begin, data_start + end)
+
+
+def _check_no_overlap(path: Path, tensors: dict[str, TensorHeader]) -> None:
+    ordered = sorted(tensors.items(), key=lambda kv: (kv[1].begin, kv[1].end))
+    prev_name, prev_end = None, -1
+    for name, t in ordered:
+        if t.nbytes and prev_name is not None and t.begin < prev_end:
+            raise InputError(
+                f"{path}: tensor {name!r}: bytes [{t.begin}, {t.end}) overlap tensor "
+                f"{prev_name!r}; the header is corrupt"
+            )
+        if t.nbytes:
+            prev_name, prev_end = name, t.end
+
+
+def build_header(
+    tensors: list[tuple[str, str, tuple[int, ...]]], metadata: dict[str, str] | None = None
+) -> tuple[bytes, list[tuple[int, int]]]:
+    """Serialize a header for ``[(name, dtype, shape), ...]`` laid out in the given order.
+
+    Returns the full prefix (8-byte length + JSON, space-padded to a multiple of 8 like the
+    reference implementation) and each tensor's relative ``(begin, end)``. Deterministic: the
+    same list gives the same bytes.
+    """
+    doc: dict[str, object] = {}
+    if metadata:
+        doc["__metadata__"] = {k: metadata[k] for k in sorted(metadata)}
+    offsets: list[tuple[int, int]] = []
+    pos = 0
+    for name, dtype, shape in tensors:
+        n = tensor_nbytes(dtype, shape)
+        doc[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [pos, pos + n]}
+        offsets.append((pos, pos + n))
+        pos += n
+    raw = json.dumps(doc, separators=(",", ":")).encode("utf-8")
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw, offsets

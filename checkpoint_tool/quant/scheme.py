@@ -1,0 +1,103 @@
+"""What a quantization scheme is, independent of who wrote the config.
+
+A ``Scheme`` answers, for one module (a linear or an expert projection): how its weight is
+stored, which sibling tensors hold its scales and how they are encoded, and *why* this scheme
+applies (the rule that matched). Config models (DeepSeek FP8, Quark, ModelOpt) produce it;
+policy, plan, validate and the runtime consume it.
+
+Example (a Quark MXFP4 expert projection)::
+
+    Scheme(format="mxfp4", weight_dtype="U8", group_size=32,
+           scale_suffix="weight_scale", scale_dtype="U8",
+           source="quark", rule="global_quant_config", spec={...})
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class WeightFormat(str, Enum):
+    """The storage format of a weight."""
+
+    UNQUANTIZED = "unquantized"  # BF16 / F16 / F32 as stored
+    FP8_PER_TENSOR = "fp8_per_tensor"
+    FP8_PER_CHANNEL = "fp8_per_channel"
+    FP8_BLOCK = "fp8_block"
+    MXFP4 = "mxfp4"
+    NVFP4 = "nvfp4"
+    MXFP8 = "mxfp8"
+    UNSUPPORTED = "unsupported"  # recognised config, no codec (int4, fp6, ...)
+
+
+class Scheme(BaseModel):
+    """How one module's weight and scales are stored, and which config rule said so."""
+
+    model_config = ConfigDict(frozen=True)
+
+    format: WeightFormat
+    #: safetensors dtype(s) the weight may have on disk, e.g. ("U8",) or ("I8", "U8")
+    weight_dtypes: tuple[str, ...] = ()
+    #: FP8 block size (rows, cols), e.g. (128, 128)
+    block: tuple[int, int] | None = None
+    #: MX / NV group size along the input dim (32 MXFP4/MXFP8, 16 NVFP4)
+    group_size: int | None = None
+    #: sibling tensor suffix that holds the (block/group/channel/tensor) scale
+    scale_suffix: str | None = None
+    #: safetensors dtype(s) of that scale, e.g. ("F32",), ("U8", "F8_E8M0"), ("BF16",)
+    scale_dtypes: tuple[str, ...] = ()
+    #: e8m0 scales (MX, DeepSeek ue8m0) vs float scales
+    scale_is_e8m0: bool = False
+    #: NVFP4 per-tensor global multiplier suffix (weight_scale_2)
+    global_scale_suffix: str | None = None
+    #: static activation scale suffix if the producer writes one (input_scale / input_scale_2)
+    input_scale_suffix: str | None = None
+    #: "dynamic", "static", or None for weight-only / unquantized
+    activation: str | None = None
+    #: which config family produced it: "none" | "deepseek_fp8" | "quark" | "modelopt" | "deepseek_v4"
+    source: str = "none"
+    #: human-readable reason: which rule matched (e.g. "exclude: exact 'lm_head'")
+    rule: str = ""
+    #: the raw producer spec (Quark dict / list) used for equality between routed and shared
+    spec: Any = None
+
+    @property
+    def quantized(self) -> bool:
+        return self.format is not WeightFormat.UNQUANTIZED
+
+    @property
+    def alignment(self) -> int:
+        """Granularity of the *input* (last) dim: slices of it must be multiples of this."""
+        if self.format in (WeightFormat.MXFP4, WeightFormat.NVFP4, WeightFormat.MXFP8):
+            return int(self.group_size or 1)
+        if self.format is WeightFormat.FP8_BLOCK and self.block:
+            return int(self.block[1])
+        return 1
+
+    @property
+    def row_alignment(self) -> int:
+        """Granularity of the *output* (first) dim."""
+        if self.format is WeightFormat.FP8_BLOCK and self.block:
+            return int(self.block[0])
+        return 1
+
+    def scale_names(self, module: str) -> list[str]:
+        """Names of the sibling tensors this scheme expects next to ``module.weight``."""
+        out = []
+        for suffix in (self.scale_suffix, self.global_scale_suffix, self.input_scale_suffix):
+            if suffix:
+                out.append(f"{module}.{suffix}")
+        return out
+
+    def short(self) -> str:
+        """Compact label for tables, e.g. ``fp8_block[128,128]`` or ``mxfp4/32``."""
+        if self.format is WeightFormat.FP8_BLOCK and self.block:
+            return f"fp8_block[{self.block[0]},{self.block[1]}]"
+        if self.group_size and self.format in (
+            WeightFormat.MXFP4, WeightFormat.NVFP4, WeightFormat.MXFP8
+        ):
+            return f"{self.format.value}/{self.group_size}"
+        return self.format.value
