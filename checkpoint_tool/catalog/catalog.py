@@ -119,7 +119,9 @@ def open_local(root: Path, *, single_file: str | None = None) -> Catalog:
                     "unpickles: convert them to safetensors first"
                 )
             raise InputError(f"{root}: no *.safetensors files and no {INDEX_NAME}")
-    cat = Catalog(root=root, tensors={}, files=files, config=config, hf_quant_config=hf_quant, index=index)
+    cat = Catalog(
+        root=root, tensors={}, files=files, config=config, hf_quant_config=hf_quant, index=index
+    )
     for rel in files:
         header = read_header(root / rel)
         cat.headers[rel] = header
@@ -156,7 +158,9 @@ def _files_from_index(root: Path, index: dict) -> list[str]:
     resolved_root = root.resolve()
     for name, rel in weight_map.items():
         if not isinstance(rel, str) or not rel:
-            raise InputError(f"{root / INDEX_NAME}: tensor {name!r}: file entry {rel!r} is not a name")
+            raise InputError(
+                f"{root / INDEX_NAME}: tensor {name!r}: file entry {rel!r} is not a name"
+            )
         target = (root / rel).resolve()
         if os.path.isabs(rel) or not target.is_relative_to(resolved_root):
             raise InputError(

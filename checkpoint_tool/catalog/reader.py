@@ -77,7 +77,11 @@ def bytes_to_tensor(raw: bytes, dtype: str, shape: tuple[int, ...]) -> torch.Ten
     """Wrap raw little-endian bytes as a torch tensor of the storage dtype."""
     if dtype not in TORCH_STORAGE_DTYPE:
         raise InputError(f"dtype {dtype} cannot be read as a tensor by ckpt")
-    t = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if raw else torch.empty(0, dtype=torch.uint8)
+    t = (
+        torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        if raw
+        else torch.empty(0, dtype=torch.uint8)
+    )
     return t.view(TORCH_STORAGE_DTYPE[dtype]).reshape(shape)
 
 
@@ -93,5 +97,7 @@ def read_rows(cat: Catalog, entry: TensorEntry, start: int, stop: int) -> torch.
     """Read rows ``[start, stop)`` along dim 0 only (one contiguous byte range)."""
     shape = storage_shape(entry)
     row_bytes = entry.nbytes // shape[0] if shape and shape[0] else 0
-    raw = read_range(cat.path_of(entry), entry.begin + start * row_bytes, entry.begin + stop * row_bytes)
+    raw = read_range(
+        cat.path_of(entry), entry.begin + start * row_bytes, entry.begin + stop * row_bytes
+    )
     return bytes_to_tensor(raw, entry.dtype, (stop - start, *shape[1:]))

@@ -115,7 +115,9 @@ def read_header(path: Path) -> FileHeader:
                 )
             raw = fh.read(header_len)
     except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror}); check the path and permissions") from exc
+        raise InputError(
+            f"{path}: cannot read ({exc.strerror}); check the path and permissions"
+        ) from exc
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -133,12 +135,18 @@ def read_header(path: Path) -> FileHeader:
     for name, info in doc.items():
         tensors[name] = _parse_entry(path, name, info, data_start, data_len)
     _check_no_overlap(path, tensors)
-    return FileHeader(path, header_len, file_size, tensors, {str(k): str(v) for k, v in metadata.items()})
+    return FileHeader(
+        path, header_len, file_size, tensors, {str(k): str(v) for k, v in metadata.items()}
+    )
 
 
-def _parse_entry(path: Path, name: str, info: object, data_start: int, data_len: int) -> TensorHeader:
+def _parse_entry(
+    path: Path, name: str, info: object, data_start: int, data_len: int
+) -> TensorHeader:
     if not isinstance(info, dict):
-        raise InputError(f"{path}: tensor {name!r}: header entry is not an object; shard is corrupt")
+        raise InputError(
+            f"{path}: tensor {name!r}: header entry is not an object; shard is corrupt"
+        )
     dtype = info.get("dtype")
     if dtype not in DTYPE_BITS:
         raise InputError(

@@ -23,7 +23,9 @@ _REPO_RE = re.compile(r"^(?:hf://)?([A-Za-z0-9][\w.-]*/[\w.-]+)(?:@([\w./-]+))?$
 HUB_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model", "*.jinja", "*.py", "*.tiktoken"]
 
 
-def resolve_source(source: str, *, headers_only: bool = True) -> tuple[Path, str | None, str | None]:
+def resolve_source(
+    source: str, *, headers_only: bool = True
+) -> tuple[Path, str | None, str | None]:
     """Return ``(root folder, single file name or None, revision or None)``."""
     path = Path(source).expanduser()
     if path.exists():
@@ -47,9 +49,7 @@ def _download(repo_id: str, revision: str | None, *, headers_only: bool) -> Path
     except ImportError as exc:  # pragma: no cover - dependency is declared
         raise InputError("huggingface_hub is not installed; pip install huggingface_hub") from exc
     try:
-        folder = snapshot_download(
-            repo_id=repo_id, revision=revision, allow_patterns=HUB_PATTERNS
-        )
+        folder = snapshot_download(repo_id=repo_id, revision=revision, allow_patterns=HUB_PATTERNS)
     except Exception as exc:  # huggingface_hub raises many types; one line for the user
         raise InputError(
             f"hf://{repo_id}@{revision or 'main'}: cannot resolve ({type(exc).__name__}: "

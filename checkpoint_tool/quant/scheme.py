@@ -97,7 +97,9 @@ class Scheme(BaseModel):
         if self.format is WeightFormat.FP8_BLOCK and self.block:
             return f"fp8_block[{self.block[0]},{self.block[1]}]"
         if self.group_size and self.format in (
-            WeightFormat.MXFP4, WeightFormat.NVFP4, WeightFormat.MXFP8
+            WeightFormat.MXFP4,
+            WeightFormat.NVFP4,
+            WeightFormat.MXFP8,
         ):
             return f"{self.format.value}/{self.group_size}"
         return self.format.value
