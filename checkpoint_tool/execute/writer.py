@@ -1,0 +1,144 @@
+"""Atomic, streaming safetensors file writer.
+
+Write a file's header first (all shapes are known from the plan), then each tensor's bytes in
+order, hashing as we go. The file lives under ``.NAME.partial`` until ``commit()``: fsync,
+rename to the final name, fsync the folder. A crash never leaves an incomplete file under a
+final name.
+
+Example::
+
+    with SafetensorsWriter(dst / "model-00001-of-00002.safetensors",
+                           [("a.weight", "BF16", (4, 8))], metadata={"format": "pt"}) as w:
+        w.write("a.weight", tensor_bytes)
+    w.sha256, w.size   # ('9f86d0...', 96)
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+from pathlib import Path
+from types import TracebackType
+
+from checkpoint_tool.catalog.safetensors_format import build_header
+from checkpoint_tool.errors import OutputError
+
+
+def partial_name(final: Path) -> Path:
+    return final.with_name(f".{final.name}.partial")
+
+
+class SafetensorsWriter:
+    """Write one safetensors file atomically; tensors must be written in header order."""
+
+    def __init__(
+        self,
+        path: Path,
+        tensors: list[tuple[str, str, tuple[int, ...]]],
+        metadata: dict[str, str] | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self.tmp = partial_name(self.path)
+        prefix, offsets = build_header(tensors, metadata)
+        self._expected = [
+            (name, end - begin) for (name, _, _), (begin, end) in zip(tensors, offsets, strict=True)
+        ]
+        self._next = 0
+        self._hash = hashlib.sha256()
+        self.size = 0
+        self.sha256 = ""
+        try:
+            self._fh = open(self.tmp, "wb")
+        except OSError as exc:
+            raise OutputError(f"{self.tmp}: cannot create ({exc.strerror})") from exc
+        self._write_raw(prefix)
+
+    def _write_raw(self, data: bytes | memoryview) -> None:
+        try:
+            self._fh.write(data)
+        except OSError as exc:
+            self.abort()
+            if exc.errno == errno.ENOSPC:
+                raise OutputError(
+                    f"{self.path}: disk full while writing; free space and rerun with --resume"
+                ) from exc
+            raise OutputError(f"{self.path}: write failed ({exc.strerror})") from exc
+        self._hash.update(data)
+        self.size += len(data)
+
+    def write(self, name: str, data: bytes | memoryview) -> None:
+        """Append the bytes of the next tensor; ``name`` and length must match the header."""
+        exp_name, exp_len = self._expected[self._next]
+        if name != exp_name or len(data) != exp_len:
+            self.abort()
+            raise OutputError(
+                f"{self.path}: internal error: tensor {name!r} ({len(data)} bytes) written where "
+                f"{exp_name!r} ({exp_len} bytes) was planned"
+            )
+        self._write_raw(data)
+        self._next += 1
+
+    def commit(self) -> None:
+        """fsync and rename to the final name; the hash and size are then final."""
+        if self._next != len(self._expected):
+            missing = self._expected[self._next][0]
+            self.abort()
+            raise OutputError(f"{self.path}: internal error: tensor {missing!r} was never written")
+        try:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+            self._fh.close()
+            os.replace(self.tmp, self.path)
+            fsync_dir(self.path.parent)
+        except OSError as exc:
+            self.abort()
+            raise OutputError(f"{self.path}: cannot finalize ({exc.strerror})") from exc
+        self.sha256 = self._hash.hexdigest()
+
+    def abort(self) -> None:
+        """Close and remove the temporary file (idempotent)."""
+        try:
+            if not self._fh.closed:
+                self._fh.close()
+        finally:
+            if self.tmp.exists():
+                self.tmp.unlink()
+
+    def __enter__(self) -> SafetensorsWriter:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if et is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def fsync_dir(folder: Path) -> None:
+    """fsync a directory so a rename inside it is durable."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> str:
+    """Write a small file (JSON, config) atomically; return its sha256."""
+    path = Path(path)
+    tmp = partial_name(path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        if tmp.exists():
+            tmp.unlink()
+        raise OutputError(f"{path}: cannot write ({exc.strerror})") from exc
+    return hashlib.sha256(data).hexdigest()
