@@ -1,0 +1,89 @@
+"""``ckpt demo``: the whole pipeline on the embedded default, a tiny synthetic checkpoint.
+
+Builds a small Quark hybrid checkpoint (block-FP8 attention, MXFP4 experts, per-layer mixed
+shared experts), then runs inspect -> plan -> convert (TP=2) -> verify -> validate on it,
+each step through the same command a user would type, so what the demo shows is what the
+commands do.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.rule import Rule
+
+from checkpoint_tool.errors import EXIT_OK
+
+#: (title, argv template) — ``{src}``/``{dst}``/``{work}`` are filled in at run time
+STEPS: list[tuple[str, str]] = [
+    ("1. Build a tiny Quark hybrid checkpoint", "synth quark-hybrid {src} --seed 0"),
+    ("2. Inspect: per-layer FSE policy for TP=2 (headers only)", "inspect {src} --tp 2"),
+    ("3. Plan the conversion (nothing is written)", "plan {src} --tp 2"),
+    ("4. Convert for TP=2 (rename, FSE redirect, pad, reshard)", "convert {src} {dst} --tp 2"),
+    ("5. Verify numerically against the source (Triton runtime)", "verify {dst} --source {src}"),
+    ("6. Validate the output as a CI gate would", "validate {dst}"),
+]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        "demo",
+        help=(
+            "Run the whole pipeline on a tiny synthetic checkpoint: synth, inspect, plan, "
+            "convert, verify, validate.\n\nExample:\n\n  ckpt demo --workdir ./demo-out"
+        ),
+    )
+    def demo(
+        workdir: Annotated[
+            Path | None,
+            typer.Option(help="Folder for the demo checkpoints (default: a temporary folder)."),
+        ] = None,
+    ) -> None:
+        from checkpoint_tool.cli.app import app as root
+
+        console = Console()
+        with tempfile.TemporaryDirectory(prefix="ckpt-demo-") as tmp:
+            work = Path(workdir) if workdir else Path(tmp)
+            work.mkdir(parents=True, exist_ok=True)
+            paths = {"src": str(work / "src"), "dst": str(work / "dst"), "work": str(work)}
+            known = {c.name for c in root.registered_commands}
+            failed = []
+            for title, template in STEPS:
+                argv = shlex.split(template.format(**paths))
+                if argv[0] not in known:
+                    console.print(Rule(f"[dim]{title}: skipped ({argv[0]} not available)"))
+                    continue
+                if argv[0] in ("synth", "convert"):
+                    argv.append("--overwrite")
+                console.print(Rule(f"[bold]{title}"))
+                console.print(f"[dim]$ ckpt {shlex.join(argv)}")
+                code = _invoke(root, argv)
+                if code != EXIT_OK:
+                    failed.append((title, code))
+                    console.print(f"[red]step exited with code {code}")
+            console.print(Rule())
+            if failed:
+                console.print(f"[red]demo finished with {len(failed)} failing step(s)")
+                raise typer.Exit(1)
+            console.print(f"[green]demo finished: every step passed[/] (outputs in {work})")
+
+
+def _invoke(root: typer.Typer, argv: list[str]) -> int:
+    """Run one ckpt command in-process and return its exit code."""
+    from checkpoint_tool.errors import CkptError
+
+    try:
+        root(argv, standalone_mode=False)
+    except CkptError as exc:
+        typer.echo(f"error: {exc.message}", err=True)
+        return exc.exit_code
+    except typer.Exit as exc:
+        return int(exc.exit_code or 0)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return EXIT_OK
