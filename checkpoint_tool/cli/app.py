@@ -73,7 +73,7 @@ for _name in COMMAND_MODULES:
 def main() -> None:
     """Console entry point: run the app, turning ``CkptError`` into one line and an exit code."""
     try:
-        app(standalone_mode=False)
+        rc = app(standalone_mode=False)
     except CkptError as exc:
         typer.echo(f"error: {exc.message}", err=True)
         sys.exit(exc.exit_code)
@@ -92,3 +92,4 @@ def main() -> None:
             exc.show()
             sys.exit(exc.exit_code)
         raise
+    sys.exit(rc if isinstance(rc, int) else 0)

@@ -78,7 +78,7 @@ def _invoke(root: typer.Typer, argv: list[str]) -> int:
     from checkpoint_tool.errors import CkptError
 
     try:
-        root(argv, standalone_mode=False)
+        rc = root(argv, standalone_mode=False)
     except CkptError as exc:
         typer.echo(f"error: {exc.message}", err=True)
         return exc.exit_code
@@ -86,4 +86,4 @@ def _invoke(root: typer.Typer, argv: list[str]) -> int:
         return int(exc.exit_code or 0)
     except SystemExit as exc:
         return int(exc.code or 0)
-    return EXIT_OK
+    return rc if isinstance(rc, int) else EXIT_OK
