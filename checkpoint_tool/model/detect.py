@@ -1,0 +1,36 @@
+"""``model_facts``: the entry point from config.json (and tensor names) to ``ModelFacts``.
+
+Example::
+
+    facts = model_facts(catalog.config, catalog.tensors)
+    facts.family, facts.moe_layer_indices[:3]     # ("deepseek_v3", [3, 4, 5])
+    facts.moe_layers[0].routed_module(0, "down")  # "model.layers.3.mlp.experts.0.down_proj"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from checkpoint_tool.model.facts import ModelFacts
+from checkpoint_tool.model.families import FAMILIES, family_of, generic
+
+
+def model_facts(
+    config: dict[str, Any] | None,
+    tensor_names: Iterable[str] | None = None,
+    *,
+    tensor_shapes: Mapping[str, tuple[int, ...]] | None = None,
+) -> ModelFacts:
+    """Facts for a model. Known families read config.json (the tensor names, when given, only
+    decide the spelling of each layer's experts); unknown ones fall back to ``generic``, which
+    infers MoE layers from the names (and ``tensor_shapes`` for sizes)."""
+    names: Collection[str] | None
+    if tensor_names is None or isinstance(tensor_names, (set, frozenset, dict)):
+        names = tensor_names  # type: ignore[assignment]
+    else:
+        names = set(tensor_names)
+    family = family_of(config)
+    if family == "generic":
+        return generic.build(config, names, tensor_shapes)
+    return FAMILIES[family].build(config or {}, names)

@@ -1,0 +1,79 @@
+"""Detect how a checkpoint spells one MoE layer's expert projections, from its tensor names.
+
+Families have a default spelling; real checkpoints vary (per-expert vs 3-D fused experts,
+``gate_proj`` vs ``w1``, ``shared_experts`` vs Qwen's singular ``shared_expert``). With tensor
+names at hand we look up a handful of candidate names per layer (set membership, no scan).
+
+Example::
+
+    names = {"model.layers.1.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj",
+             "model.layers.1.mlp.shared_experts.gate_proj.weight", ...}
+    detect_naming("model.layers.1.mlp", names, ExpertNaming())
+    # ExpertNaming(routed_layout="fused_3d", shared_name="shared_experts", ...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+from checkpoint_tool.model.facts import HF_PROJ_NAMES, W_PROJ_NAMES, ExpertNaming
+
+SHARED_NAMES = ("shared_experts", "shared_expert")
+_SPELLINGS = (HF_PROJ_NAMES, W_PROJ_NAMES)
+
+
+def detect_naming(prefix: str, names: Collection[str], default: ExpertNaming) -> ExpertNaming:
+    """Return the naming the tensors of layer ``prefix`` use, falling back to ``default``."""
+    fields: dict[str, object] = {}
+    routed = f"{prefix}.experts"
+    for spelling in _SPELLINGS:
+        if f"{routed}.0.{spelling['gate']}.weight" in names:
+            fields.update(proj_names=dict(spelling), routed_layout="per_expert")
+            break
+    else:
+        if f"{routed}.0.gate_up_proj.weight" in names:
+            fields.update(routed_layout="per_expert_gate_up", gate_up_name="gate_up_proj")
+        elif f"{routed}.gate_up_proj" in names or f"{routed}.gate_up_proj.weight" in names:
+            fields.update(routed_layout="fused_3d", gate_up_name="gate_up_proj")
+    spellings = [fields.get("proj_names", default.proj_names), *_SPELLINGS]
+    for shared in SHARED_NAMES:
+        base = f"{prefix}.{shared}"
+        layout = _shared_layout(base, names, spellings)
+        if layout is not None:
+            fields.update(shared_name=shared, shared_layout=layout[0])
+            if layout[1] is not None and "proj_names" not in fields:
+                fields["proj_names"] = dict(layout[1])
+            break
+    return default.model_copy(update=fields) if fields else default
+
+
+def _shared_layout(
+    base: str, names: Collection[str], spellings: Iterable[dict[str, str]]
+) -> tuple[str, dict[str, str] | None] | None:
+    for spelling in spellings:
+        if f"{base}.{spelling['gate']}.weight" in names:
+            return "single", spelling
+        if f"{base}.0.{spelling['gate']}.weight" in names:
+            return "indexed", spelling
+    if f"{base}.gate_up_proj.weight" in names:
+        return "single_gate_up", None
+    return None
+
+
+def choose_root(candidates: list[str], names: Iterable[str] | None) -> str:
+    """Pick the layer-list root (``model.layers``, ``model.language_model.layers``, ...)
+    that the tensor names use; the first candidate when no name says otherwise."""
+    if names is None:
+        return candidates[0]
+    dotted = [f"{c}." for c in candidates]
+    seen: set[int] = set()
+    for name in names:
+        for i, d in enumerate(dotted):
+            if i not in seen and name.startswith(d):
+                seen.add(i)
+        if 0 in seen:
+            return candidates[0]
+    for i, c in enumerate(candidates):
+        if i in seen:
+            return c
+    return candidates[0]
