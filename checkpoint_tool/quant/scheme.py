@@ -55,6 +55,8 @@ class Scheme(BaseModel):
     global_scale_suffix: str | None = None
     #: static activation scale suffix if the producer writes one (input_scale / input_scale_2)
     input_scale_suffix: str | None = None
+    #: safetensors dtype(s) of that activation scale, e.g. ("BF16",) for Quark FP8, ("F32",) NVFP4
+    input_scale_dtypes: tuple[str, ...] = ()
     #: "dynamic", "static", or None for weight-only / unquantized
     activation: str | None = None
     #: which config family produced it: "none" | "deepseek_fp8" | "quark" | "modelopt" | "deepseek_v4"

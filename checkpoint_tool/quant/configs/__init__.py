@@ -1,0 +1,22 @@
+"""Quantization config models (DeepSeek FP8, Quark, ModelOpt, DeepSeek-V4) -> ``Scheme``."""
+
+from checkpoint_tool.quant.configs.base import NoQuantConfig, QuantConfigBase
+from checkpoint_tool.quant.configs.deepseek_fp8 import DeepSeekFp8Config
+from checkpoint_tool.quant.configs.deepseek_v4 import DeepSeekV4Config
+from checkpoint_tool.quant.configs.modelopt import ModelOptConfig
+from checkpoint_tool.quant.configs.quark import QuarkConfig
+from checkpoint_tool.quant.configs.quark_spec import QuarkLayerSpec, QuarkTensorSpec
+
+QuantConfig = NoQuantConfig | DeepSeekFp8Config | QuarkConfig | ModelOptConfig | DeepSeekV4Config
+
+__all__ = [
+    "DeepSeekFp8Config",
+    "DeepSeekV4Config",
+    "ModelOptConfig",
+    "NoQuantConfig",
+    "QuantConfig",
+    "QuantConfigBase",
+    "QuarkConfig",
+    "QuarkLayerSpec",
+    "QuarkTensorSpec",
+]

@@ -1,0 +1,105 @@
+"""DeepSeek native block FP8 (``quant_method: fp8``), read the way vLLM's ``Fp8Config`` reads it.
+
+Weights are F8_E4M3 with one F32 ``weight_scale_inv`` per 128x128 block (a multiplier despite
+the name). ``scale_fmt: ue8m0`` means the block scales are powers of two (DeepSeek-V3.1+ still
+stores them as F32). ``ignored_layers`` / ``modules_to_not_convert`` list unquantized modules by
+exact name; vLLM checks a FusedMoE layer by substring against entries that contain "experts".
+
+Example config::
+
+    {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+     "weight_block_size": [128, 128]}
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import field_validator
+
+from checkpoint_tool.quant.configs.base import (
+    QuantConfigBase,
+    fp8_block_scheme,
+    unquantized,
+)
+from checkpoint_tool.quant.configs.names import expert_parts, packed_siblings
+from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+
+
+class DeepSeekFp8Config(QuantConfigBase):
+    """``quantization_config`` of DeepSeek-V3/R1 style block-FP8 checkpoints."""
+
+    source: ClassVar[str] = "deepseek_fp8"
+
+    quant_method: Literal["fp8"] = "fp8"
+    activation_scheme: Literal["dynamic", "static"] = "dynamic"
+    fmt: str = "e4m3"
+    weight_block_size: tuple[int, int] | None = None
+    scale_fmt: str | None = None
+    ignored_layers: list[str] | None = None
+    modules_to_not_convert: list[str] | None = None
+
+    @field_validator("fmt")
+    @classmethod
+    def _e4m3_only(cls, v: str) -> str:
+        if v != "e4m3":
+            raise ValueError(f"fmt {v!r} is not supported (only e4m3)")
+        return v
+
+    @property
+    def ignored(self) -> list[str]:
+        """vLLM reads ``ignored_layers`` first, then ``modules_to_not_convert``."""
+        return list(self.ignored_layers or self.modules_to_not_convert or [])
+
+    def quantized_scheme(self, rule: str) -> Scheme:
+        """The one FP8 scheme this config gives every quantized linear."""
+        if self.weight_block_size is not None:
+            ue8m0 = self.scale_fmt == "ue8m0"
+            return fp8_block_scheme(
+                self.weight_block_size,
+                scale_suffix="weight_scale_inv",
+                scale_dtypes=("F32", "F8_E8M0") if ue8m0 else ("F32",),
+                e8m0=ue8m0,
+                source=self.source,
+                rule=rule,
+            )
+        static = self.activation_scheme == "static"
+        return Scheme(
+            format=WeightFormat.FP8_PER_TENSOR,
+            weight_dtypes=("F8_E4M3",),
+            scale_suffix="weight_scale",
+            scale_dtypes=("F32",),
+            input_scale_suffix="input_scale" if static else None,
+            input_scale_dtypes=("F32",) if static else (),
+            activation=self.activation_scheme,
+            source=self.source,
+            rule=rule,
+        )
+
+    def scheme_for(self, module: str) -> Scheme:
+        moe = expert_parts(module)
+        if moe is not None:
+            layer = moe[0]
+            for entry in self.ignored:
+                if "experts" in entry and layer in entry:
+                    return unquantized(
+                        self.source,
+                        f"ignored_layers: {entry!r} contains FusedMoE layer {layer!r} (vLLM)",
+                    )
+            return self.quantized_scheme(f"quant_method fp8 (FusedMoE layer {layer!r})")
+        if module in self.ignored:
+            return unquantized(self.source, f"ignored_layers: exact {module!r}")
+        packed = packed_siblings(module)
+        where = f" (shard of {packed[0]})" if packed else ""
+        return self.quantized_scheme(f"quant_method fp8{where}")
+
+    def producer_scheme_for(self, module: str) -> Scheme:
+        if module in self.ignored:
+            return unquantized(self.source, f"ignored_layers: exact {module!r}")
+        return self.quantized_scheme("quant_method fp8")
+
+    def summary(self) -> str:
+        blk = self.weight_block_size
+        kind = f"block {blk[0]}x{blk[1]}" if blk else "per-tensor"
+        fmt = f", scale_fmt {self.scale_fmt}" if self.scale_fmt else ""
+        return f"fp8 {kind}{fmt}, {len(self.ignored)} ignored layers"

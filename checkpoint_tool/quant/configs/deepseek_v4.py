@@ -1,0 +1,104 @@
+"""DeepSeek-V4 native checkpoints: ``expert_dtype`` + block-FP8 ``quantization_config``.
+
+Names are DeepSeek's own (``layers.N.ffn.experts.E.w1|w2|w3``, ``layers.N.attn.wq_a``,
+``mtp.K.*``) and every scale is a sibling ``X.scale``. As vLLM's ``DeepseekV4FP8Config`` reads
+them:
+
+- routed experts, ``expert_dtype: "fp4"`` (V4-Flash): MXFP4, weight I8/U8 ``[out, in/2]``,
+  ``scale`` F8_E8M0 ``[out, in/32]``; ``"fp8"`` (Flash-Base): block FP8 with F32 ``scale``;
+- every other quantized linear (attention, shared experts): block FP8 ``weight_block_size``
+  with ``scale`` F8_E8M0 (ue8m0) when experts are fp4, F32 when experts are fp8;
+- ``ignored_layers`` as in ``Fp8Config``. Linears DeepSeek stores in float (no ``.scale``) are
+  resolved by ``resolve_catalog``.
+
+Example config.json fields::
+
+    {"model_type": "deepseek_v4", "expert_dtype": "fp4",
+     "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128],
+                             "scale_fmt": "ue8m0", "activation_scheme": "dynamic"}}
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from checkpoint_tool.quant.configs.base import (
+    QuantConfigBase,
+    fp8_block_scheme,
+    mxfp4_scheme,
+    unquantized,
+)
+from checkpoint_tool.quant.configs.names import expert_parts
+from checkpoint_tool.quant.scheme import Scheme
+
+
+class DeepSeekV4Config(QuantConfigBase):
+    """DeepSeek-V4 quantization: the FP8 block config plus config.json's ``expert_dtype``."""
+
+    source: ClassVar[str] = "deepseek_v4"
+
+    quant_method: Literal["fp8", "deepseek_v4_fp8"] = "fp8"
+    expert_dtype: Literal["fp4", "fp8"] = "fp4"
+    weight_block_size: tuple[int, int] = (128, 128)
+    scale_fmt: str | None = None
+    activation_scheme: Literal["dynamic"] = "dynamic"
+    fmt: str = "e4m3"
+    ignored_layers: list[str] | None = None
+    modules_to_not_convert: list[str] | None = None
+
+    @property
+    def ignored(self) -> list[str]:
+        return list(self.ignored_layers or self.modules_to_not_convert or [])
+
+    def linear_scheme(self, rule: str) -> Scheme:
+        """Block FP8 for attention / shared-expert linears (e8m0 scales with fp4 experts)."""
+        e8m0 = self.expert_dtype == "fp4"
+        return fp8_block_scheme(
+            self.weight_block_size,
+            scale_suffix="scale",
+            scale_dtypes=("F8_E8M0", "U8") if e8m0 else ("F32",),
+            e8m0=e8m0,
+            source=self.source,
+            rule=rule,
+        )
+
+    def expert_scheme(self, rule: str) -> Scheme:
+        if self.expert_dtype == "fp4":
+            return mxfp4_scheme(
+                source=self.source,
+                rule=rule,
+                scale_suffix="scale",
+                weight_dtypes=("I8", "U8", "F4"),
+                scale_dtypes=("F8_E8M0", "U8"),
+            )
+        return fp8_block_scheme(
+            self.weight_block_size,
+            scale_suffix="scale",
+            scale_dtypes=("F32",),
+            e8m0=False,
+            source=self.source,
+            rule=rule,
+        )
+
+    def scheme_for(self, module: str) -> Scheme:
+        moe = expert_parts(module)
+        if moe is not None:
+            layer = moe[0]
+            for entry in self.ignored:
+                if "experts" in entry and layer in entry:
+                    return unquantized(self.source, f"ignored_layers: {entry!r} (FusedMoE)")
+            return self.expert_scheme(f"expert_dtype {self.expert_dtype} (FusedMoE {layer!r})")
+        if module in self.ignored:
+            return unquantized(self.source, f"ignored_layers: exact {module!r}")
+        return self.linear_scheme(f"quant_method fp8, weight_block_size {self.weight_block_size}")
+
+    def producer_scheme_for(self, module: str) -> Scheme:
+        if module in self.ignored:
+            return unquantized(self.source, f"ignored_layers: exact {module!r}")
+        if expert_parts(module) is not None:
+            return self.expert_scheme(f"expert_dtype {self.expert_dtype}")
+        return self.linear_scheme(f"quant_method fp8, weight_block_size {self.weight_block_size}")
+
+    def summary(self) -> str:
+        b = self.weight_block_size
+        return f"deepseek_v4: experts {self.expert_dtype}, linears fp8 block {b[0]}x{b[1]}"

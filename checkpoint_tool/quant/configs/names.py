@@ -1,0 +1,112 @@
+"""Module-name facts every config shares: packed (fused) layers, MoE experts, non-linear modules.
+
+vLLM loads several checkpoint modules into one fused layer (``gate_proj`` + ``up_proj`` ->
+``gate_up_proj``) and all routed experts of a layer into one ``FusedMoE`` layer
+(``model.layers.3.mlp.experts``). Name matching in vLLM runs on those *vLLM* layer names,
+which is why it can differ from the producer's per-module matching.
+
+Example::
+
+    expert_parts("model.layers.3.mlp.experts.7.down_proj")
+    # ('model.layers.3.mlp.experts', 7, 'down_proj')
+    packed_siblings("model.layers.0.self_attn.q_a_proj")
+    # ('fused_qkv_a_proj', ['model.layers.0.self_attn.q_a_proj',
+    #                       'model.layers.0.self_attn.kv_a_proj_with_mqa'])
+"""
+
+from __future__ import annotations
+
+import re
+
+#: vLLM's packed_modules_mapping across the families we know: fused layer -> checkpoint shards
+PACKED_MODULES: dict[str, tuple[str, ...]] = {
+    "gate_up_proj": ("gate_proj", "up_proj"),
+    "qkv_proj": ("q_proj", "k_proj", "v_proj"),
+    "fused_qkv_a_proj": ("q_a_proj", "kv_a_proj_with_mqa"),
+}
+
+#: DeepSeek-V4 packs by parent module: ``attn.{wq_a,wkv}``, ``compressor.{wkv,wgate}``,
+#: non-routed ``{w1,w3}`` (shared experts / dense MLP)
+_DSV4_PACKED: list[tuple[str, str, tuple[str, ...]]] = [
+    ("attn", "fused_wqa_wkv", ("wq_a", "wkv")),
+    ("compressor", "fused_wkv_wgate", ("wkv", "wgate")),
+]
+
+_EXPERT_RE = re.compile(r"^(?P<prefix>.*\.experts)\.(?P<idx>\d+)\.(?P<proj>[A-Za-z0-9_]+)$")
+
+#: last name components of modules that are never quantized linears
+_NON_LINEAR_LAST = {
+    "embed_tokens": "embedding",
+    "embed": "embedding",
+    "wte": "embedding",
+    "word_embeddings": "embedding",
+    "enorm": "norm",
+    "hnorm": "norm",
+    "eh_proj": "MTP projection (vLLM builds it as a plain nn.Linear)",
+    "weights_proj": "indexer weights_proj (created without a quant config)",
+    "router": "router",
+}
+
+
+def split_tensor_name(name: str) -> tuple[str, str]:
+    """Module and parameter suffix of a tensor name.
+
+    ``"model.layers.3.mlp.experts.0.gate_proj.weight_scale_inv"`` ->
+    ``("model.layers.3.mlp.experts.0.gate_proj", "weight_scale_inv")``; a name without a dot
+    is its own suffix with an empty module.
+    """
+    if "." not in name:
+        return "", name
+    module, suffix = name.rsplit(".", 1)
+    return module, suffix
+
+
+def expert_parts(module: str) -> tuple[str, int, str] | None:
+    """``(fused MoE prefix, expert index, projection)`` for a routed expert module, else None."""
+    m = _EXPERT_RE.match(module)
+    if m is None:
+        return None
+    return m.group("prefix"), int(m.group("idx")), m.group("proj")
+
+
+def packed_siblings(module: str) -> tuple[str, list[str]] | None:
+    """The fused vLLM layer a checkpoint module is a shard of, and all its shard modules.
+
+    Routed experts are not packed shards (they go to FusedMoE). Returns None when the module
+    is loaded on its own.
+    """
+    if expert_parts(module) is not None or "." not in module:
+        return None
+    parent, last = module.rsplit(".", 1)
+    parent_last = parent.rsplit(".", 1)[-1]
+    for owner, fused, shards in _DSV4_PACKED:
+        if parent_last == owner and last in shards:
+            return fused, [f"{parent}.{s}" for s in shards]
+    if last in ("w1", "w3"):
+        return "gate_up_proj", [f"{parent}.w1", f"{parent}.w3"]
+    for fused, shards in PACKED_MODULES.items():
+        if last in shards:
+            return fused, [f"{parent}.{s}" for s in shards]
+    return None
+
+
+def non_linear_reason(module: str) -> str | None:
+    """Why a module holding a ``.weight`` is not a quantizable linear (None if it is one).
+
+    Norms, embeddings, MoE routers (``mlp.gate`` / ``ffn.gate``), MTP ``eh_proj``/``shared_head``
+    and DeepSeek indexer ``weights_proj`` are created without a quant method by vLLM and are
+    never quantized by the producers.
+    """
+    if not module:
+        return "top-level parameter"
+    parts = module.split(".")
+    last = parts[-1]
+    if last in _NON_LINEAR_LAST:
+        return _NON_LINEAR_LAST[last]
+    if "norm" in last:
+        return "norm"
+    if last == "gate" and len(parts) >= 2 and parts[-2] in ("mlp", "ffn", "block_sparse_moe"):
+        return "MoE router"
+    if "shared_head" in parts and last in ("head", "norm"):
+        return "MTP shared head (ParallelLMHead)"
+    return None

@@ -1,0 +1,144 @@
+"""AMD Quark ``quantization_config`` and its two name-matching semantics.
+
+**vLLM** (``QuarkConfig.get_quant_method`` / ``_find_matched_config``, the default here):
+
+1. the *vLLM layer* is resolved, not the checkpoint module: routed experts
+   ``X.experts.E.proj`` all load into the FusedMoE layer ``X.experts``; packed shards
+   (``gate_proj``/``up_proj``, ``q_a_proj``/``kv_a_proj_with_mqa``) are each resolved and
+   must agree (checked by ``resolve_catalog``);
+2. ``exclude``: an entry matches when equal to the layer name, or with a ``re:`` prefix by
+   ``re.match``; globs in ``exclude`` are NOT honoured;
+3. ``layer_quant_config`` in dict order: a key without ``*`` matches when the layer name is
+   a *substring of the key*; a key with ``*`` by ``fnmatch``; for FusedMoE, probes
+   ``X.experts.0.{down,gate,up,gate_up}_proj`` and ``X.experts.{proj}`` as a fallback;
+4. ``layer_type_quant_config`` never matches (vLLM compares a class to string keys);
+5. ``global_quant_config``.
+
+**Quark (producer)**: per checkpoint module, ``exclude`` exact then fnmatch (``re:`` entries by
+``re.match``) -> ``layer_quant_config`` exact key then first fnmatch key in dict order ->
+``layer_type_quant_config`` (``Linear`` keys match every linear) -> global.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from checkpoint_tool.quant.configs.base import QuantConfigBase
+from checkpoint_tool.quant.configs.names import expert_parts
+from checkpoint_tool.quant.configs.quark_spec import QuarkLayerSpec, scheme_from_spec
+from checkpoint_tool.quant.scheme import Scheme
+
+#: layer_type_quant_config keys that name torch's linear class
+LINEAR_TYPE_KEYS = {"Linear", "nn.Linear", "torch.nn.Linear", "torch.nn.modules.linear.Linear"}
+
+_FUSED_MOE_PROBE_PROJS = ("down_proj", "gate_proj", "up_proj", "gate_up_proj")
+
+
+class QuarkExport(BaseModel):
+    """``export`` block (kv-cache groups, packing); vLLM requires it to be present."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    kv_cache_group: list[str] = Field(default_factory=list)
+    min_kv_scale: float | None = None
+    pack_method: str | None = None
+    weight_format: str | None = None
+    weight_merge_groups: Any = None
+
+
+class QuarkConfig(QuantConfigBase):
+    """``quantization_config`` written by AMD Quark (any version; unknown keys kept)."""
+
+    source: ClassVar[str] = "quark"
+
+    quant_method: Literal["quark"] = "quark"
+    global_quant_config: QuarkLayerSpec = Field(default_factory=QuarkLayerSpec)
+    layer_quant_config: dict[str, QuarkLayerSpec] = Field(default_factory=dict)
+    layer_type_quant_config: dict[str, QuarkLayerSpec] = Field(default_factory=dict)
+    exclude: list[str] = Field(default_factory=list)
+    export: QuarkExport | None = None
+    algo_config: Any = None
+    quant_mode: str | None = None
+    version: str | None = None
+    kv_cache_quant_config: Any = None
+
+    # -- vLLM semantics ------------------------------------------------------------------------
+
+    def vllm_match(self, module: str) -> tuple[QuarkLayerSpec | None, str]:
+        """The spec vLLM uses for ``module`` (None = excluded) and the rule that matched."""
+        moe = expert_parts(module)
+        layer = moe[0] if moe else module
+        on = f" on FusedMoE layer {layer!r}" if moe else ""
+        for entry in self.exclude:
+            if entry.startswith("re:"):
+                if re.match(entry[3:], layer):
+                    return None, f"vllm: exclude {entry!r} (re.match){on}"
+            elif entry == layer:
+                return None, f"vllm: exclude {entry!r} (exact){on}"
+        hit = self._vllm_layer_key(layer)
+        if hit is None and moe:
+            for proj in _FUSED_MOE_PROBE_PROJS:
+                for probe in (f"{layer}.0.{proj}", f"{layer}.{proj}"):
+                    hit = self._vllm_layer_key(probe)
+                    if hit is not None:
+                        hit = (hit[0], f"{hit[1]}, FusedMoE probe {probe!r}")
+                        break
+                if hit is not None:
+                    break
+        if hit is not None:
+            key, how = hit
+            return self.layer_quant_config[key], f"vllm: layer_quant_config[{key!r}] ({how}){on}"
+        return self.global_quant_config, f"vllm: global_quant_config{on}"
+
+    def _vllm_layer_key(self, layer: str) -> tuple[str, str] | None:
+        for key in self.layer_quant_config:
+            if "*" not in key:
+                if layer in key:
+                    how = "exact" if layer == key else "layer name is a substring of the key"
+                    return key, how
+            elif fnmatch.fnmatch(layer, key):
+                return key, "fnmatch"
+        return None
+
+    # -- Quark (producer) semantics ------------------------------------------------------------
+
+    def producer_match(self, module: str) -> tuple[QuarkLayerSpec | None, str]:
+        """The spec Quark used when it wrote ``module`` (None = excluded) and why."""
+        if module in self.exclude:
+            return None, f"quark: exclude {module!r} (exact)"
+        for entry in self.exclude:
+            if entry.startswith("re:"):
+                if re.match(entry[3:], module):
+                    return None, f"quark: exclude {entry!r} (re.match)"
+            elif fnmatch.fnmatch(module, entry):
+                return None, f"quark: exclude {entry!r} (fnmatch)"
+        if module in self.layer_quant_config:
+            return self.layer_quant_config[module], f"quark: layer_quant_config[{module!r}] (exact)"
+        for key, spec in self.layer_quant_config.items():
+            if fnmatch.fnmatch(module, key):
+                return spec, f"quark: layer_quant_config[{key!r}] (fnmatch)"
+        for key, spec in self.layer_type_quant_config.items():
+            if key in LINEAR_TYPE_KEYS:
+                return spec, f"quark: layer_type_quant_config[{key!r}]"
+        return self.global_quant_config, "quark: global_quant_config"
+
+    # -- QuantConfigBase -----------------------------------------------------------------------
+
+    def scheme_for(self, module: str) -> Scheme:
+        spec, rule = self.vllm_match(module)
+        return scheme_from_spec(spec, rule)
+
+    def producer_scheme_for(self, module: str) -> Scheme:
+        spec, rule = self.producer_match(module)
+        return scheme_from_spec(spec, rule)
+
+    def summary(self) -> str:
+        glob = scheme_from_spec(self.global_quant_config, "global").short()
+        return (
+            f"quark {self.version or '?'}: global {glob}, "
+            f"{len(self.layer_quant_config)} layer rules, {len(self.exclude)} excludes"
+        )

@@ -1,0 +1,359 @@
+"""Resolve every tensor of a checkpoint to a role and a quantization scheme, with findings.
+
+``load_quant_config`` picks the config model from config.json (and hf_quant_config.json);
+``resolve_tensor`` answers for one name; ``resolve_catalog`` answers for a whole catalog and
+checks what the config implies against the headers: unexplained tensors, missing scales,
+scales of the wrong dtype/shape, packed shards with different schemes.
+
+Example::
+
+    rc = resolve_catalog(open_catalog("/models/quark-mxfp4"))
+    t = rc.tensors["model.layers.1.mlp.experts.0.down_proj.weight_scale"]
+    t.role, t.scheme.short(), t.scheme.rule
+    # ('scale', 'mxfp4/32', "vllm: global_quant_config on FusedMoE layer 'model.layers.1.mlp.experts'")
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from checkpoint_tool.errors import InputError
+from checkpoint_tool.quant.configs import (
+    DeepSeekFp8Config,
+    DeepSeekV4Config,
+    ModelOptConfig,
+    NoQuantConfig,
+    QuantConfig,
+    QuarkConfig,
+)
+from checkpoint_tool.quant.configs.base import FLOAT_DTYPES, unquantized
+from checkpoint_tool.quant.configs.names import (
+    expert_parts,
+    non_linear_reason,
+    packed_siblings,
+    split_tensor_name,
+)
+from checkpoint_tool.quant.configs.shapes import expected_siblings
+from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+from checkpoint_tool.report import Issue
+
+__all__ = [
+    "ResolvedCatalog",
+    "ResolvedTensor",
+    "Role",
+    "SchemeDifference",
+    "load_quant_config",
+    "resolve_catalog",
+    "resolve_tensor",
+    "scheme_differences",
+    "split_tensor_name",
+]
+
+Role = Literal["weight", "scale", "global_scale", "input_scale", "bias", "other"]
+Semantics = Literal["vllm", "producer"]
+
+_ROLE_BY_SUFFIX: dict[str, Role] = {
+    "weight": "weight",
+    "weight_scale": "scale",
+    "weight_scale_inv": "scale",
+    "scale": "scale",
+    "weight_scale_2": "global_scale",
+    "input_scale": "input_scale",
+    "input_scale_2": "input_scale",
+    "bias": "bias",
+    "e_score_correction_bias": "bias",
+}
+_SCALE_ROLES = ("scale", "global_scale", "input_scale")
+#: Quark leaves fused 3-D expert parameters (``X.experts.gate_up_proj`` [E, 2I, H],
+#: ``X.experts.down_proj`` [E, H, I]) unquantized in BF16
+FUSED_EXPERT_PARAMS = ("gate_up_proj", "down_proj")
+FUSED_EXPERT_SUFFIXES = tuple(f".experts.{p}" for p in FUSED_EXPERT_PARAMS)
+SUPPORTED_METHODS = ("fp8", "quark", "modelopt", "deepseek_v4_fp8")
+
+
+class ResolvedTensor(BaseModel):
+    """One tensor's module, role and the scheme of its module (with the rule that matched)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    module: str
+    role: Role
+    scheme: Scheme
+
+
+class SchemeDifference(BaseModel):
+    """A module vLLM resolves differently from the producer."""
+
+    module: str
+    vllm: Scheme
+    producer: Scheme
+
+
+@dataclass
+class ResolvedCatalog:
+    """``tensors``: name -> ResolvedTensor for every tensor; ``issues``: what does not fit."""
+
+    qconfig: Any
+    tensors: dict[str, ResolvedTensor]
+    issues: list[Issue] = field(default_factory=list)
+
+    def weights(self) -> dict[str, ResolvedTensor]:
+        """Module -> its resolved ``.weight`` (or fused expert parameter)."""
+        return {t.module: t for t in self.tensors.values() if t.role == "weight"}
+
+    @property
+    def errors(self) -> list[Issue]:
+        return [i for i in self.issues if i.severity == "error"]
+
+
+# -- config loading ----------------------------------------------------------------------------
+
+
+def load_quant_config(
+    config: dict | None, hf_quant_config: dict | None = None, *, where: str = "config.json"
+) -> QuantConfig:
+    """The config model for a checkpoint: ``config`` is config.json (or a bare quant config).
+
+    Raises ``InputError`` for an unsupported ``quant_method`` or a malformed config.
+    """
+    try:
+        return _load(config or {}, hf_quant_config, where)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise InputError(
+            f"{where}: quantization config is malformed at {loc or 'top level'}: {err['msg']}; "
+            "fix the config or regenerate the checkpoint"
+        ) from None
+
+
+def _load(config: dict, hf_quant: dict | None, where: str) -> QuantConfig:
+    if hf_quant and isinstance(hf_quant.get("quantization"), dict):
+        return ModelOptConfig.from_hf_quant_config(hf_quant)
+    qc = config.get("quantization_config") if "quant_method" not in config else config
+    if qc is None:
+        return NoQuantConfig()
+    if not isinstance(qc, dict):
+        raise InputError(f"{where}: quantization_config is not an object")
+    method = str(qc.get("quant_method", "")).lower()
+    if method in ("fp8", "deepseek_v4_fp8"):
+        model_type = str(config.get("model_type", ""))
+        if model_type.startswith("deepseek_v4") or "expert_dtype" in config:
+            return DeepSeekV4Config.model_validate(
+                {**qc, "expert_dtype": config.get("expert_dtype", "fp4")}
+            )
+        return DeepSeekFp8Config.model_validate(qc)
+    if method == "quark":
+        return QuarkConfig.model_validate(qc)
+    if method == "modelopt":
+        return ModelOptConfig.from_inline(qc)
+    raise InputError(
+        f"{where}: quantization_config.quant_method {qc.get('quant_method')!r} is not supported; "
+        f"ckpt reads {', '.join(SUPPORTED_METHODS)}"
+    )
+
+
+# -- one tensor --------------------------------------------------------------------------------
+
+
+def _scheme(qconfig: QuantConfig, module: str, semantics: Semantics) -> Scheme:
+    if semantics == "producer":
+        return qconfig.producer_scheme_for(module)
+    return qconfig.scheme_for(module)
+
+
+def resolve_tensor(
+    qconfig: QuantConfig,
+    name: str,
+    *,
+    dtype: str | None = None,
+    shape: tuple[int, ...] | None = None,
+    semantics: Semantics = "vllm",
+) -> ResolvedTensor:
+    """Role and scheme of one tensor name (``dtype``/``shape`` refine fused expert params).
+
+    A fused 3-D expert parameter (``X.experts.gate_up_proj``) is its own module: its
+    ``module`` is the full tensor name.
+    """
+    module, suffix = split_tensor_name(name)
+    source = qconfig.source
+    if suffix in FUSED_EXPERT_PARAMS and module.endswith(".experts"):
+        if shape is None or len(shape) == 3:
+            if dtype is None or dtype in FLOAT_DTYPES:
+                configured = _scheme(qconfig, f"{module}.0.{suffix}", semantics)
+                rule = (
+                    f"fused 3-D expert parameter left in float by the producer "
+                    f"(config alone would give {configured.short()}: {configured.rule})"
+                )
+                return ResolvedTensor(
+                    name=name, module=name, role="weight", scheme=unquantized(source, rule)
+                )
+            scheme = _scheme(qconfig, f"{module}.0.{suffix}", semantics)
+            return ResolvedTensor(name=name, module=name, role="weight", scheme=scheme)
+    role = _ROLE_BY_SUFFIX.get(suffix, "other")
+    if role == "other":
+        scheme = unquantized(source, f"parameter {suffix!r}: not a weight, stored as is")
+        return ResolvedTensor(name=name, module=module, role=role, scheme=scheme)
+    reason = non_linear_reason(module)
+    if reason is not None:
+        scheme = unquantized(source, f"{reason}: never quantized")
+    else:
+        scheme = _scheme(qconfig, module, semantics)
+    return ResolvedTensor(name=name, module=module, role=role, scheme=scheme)
+
+
+# -- vLLM vs producer --------------------------------------------------------------------------
+
+
+def storage_key(scheme: Scheme) -> tuple:
+    """What a scheme stores, without the explanation (rule/source)."""
+    return (
+        scheme.format,
+        scheme.block,
+        scheme.group_size,
+        scheme.scale_suffix,
+        scheme.global_scale_suffix,
+        scheme.input_scale_suffix,
+        repr(scheme.spec),
+    )
+
+
+def scheme_differences(qconfig: QuantConfig, modules: list[str]) -> list[SchemeDifference]:
+    """Modules whose vLLM scheme differs from the producer's (sorted by module name)."""
+    out = []
+    for module in sorted(set(modules)):
+        if non_linear_reason(module) is not None:
+            continue
+        a, b = qconfig.scheme_for(module), qconfig.producer_scheme_for(module)
+        if storage_key(a) != storage_key(b):
+            out.append(SchemeDifference(module=module, vllm=a, producer=b))
+    return out
+
+
+# -- a whole catalog ---------------------------------------------------------------------------
+
+
+def resolve_catalog(catalog: Any, *, semantics: Semantics = "vllm") -> ResolvedCatalog:
+    """Resolve every tensor of ``catalog`` and report what the config does not explain."""
+    where = str(catalog.root / "config.json")
+    qconfig = load_quant_config(catalog.config, catalog.hf_quant_config, where=where)
+    tensors = {
+        name: resolve_tensor(qconfig, name, dtype=e.dtype, shape=e.shape, semantics=semantics)
+        for name, e in catalog.tensors.items()
+    }
+    rc = ResolvedCatalog(qconfig=qconfig, tensors=tensors)
+    by_module: dict[str, dict[str, str]] = defaultdict(dict)
+    for name, t in tensors.items():
+        by_module[t.module][split_tensor_name(name)[1]] = name
+    if isinstance(qconfig, DeepSeekV4Config):
+        _dsv4_float_linears(catalog, rc, by_module)
+    for module in sorted(by_module):
+        _check_module(catalog, rc, module, by_module[module])
+    _check_packed(catalog, rc)
+    rc.issues.sort(key=lambda i: (i.severity != "error", i.file or "", i.tensor or "", i.rule))
+    return rc
+
+
+def _issue(catalog: Any, rule: str, name: str, message: str, severity: str = "error") -> Issue:
+    entry = catalog.tensors.get(name)
+    return Issue(
+        severity=severity,  # type: ignore[arg-type]
+        tensor=name,
+        file=entry.file if entry else None,
+        rule=rule,
+        message=message,
+    )
+
+
+def _dsv4_float_linears(catalog: Any, rc: ResolvedCatalog, by_module: dict) -> None:
+    """DeepSeek-V4 stores some linears in float with no ``.scale`` (the config cannot say)."""
+    for parts in by_module.values():
+        w = parts.get("weight")
+        if w is None or rc.tensors[w].role != "weight" or not rc.tensors[w].scheme.quantized:
+            continue
+        has_scale = any(rc.tensors[n].role in _SCALE_ROLES for n in parts.values())
+        if catalog.tensors[w].dtype in FLOAT_DTYPES and not has_scale:
+            rule = "deepseek_v4: float weight without .scale (module built unquantized)"
+            scheme = unquantized(rc.qconfig.source, rule)
+            for n in parts.values():
+                rc.tensors[n] = rc.tensors[n].model_copy(update={"scheme": scheme})
+
+
+def _check_module(catalog: Any, rc: ResolvedCatalog, module: str, parts: dict[str, str]) -> None:
+    names = {s: n for s, n in parts.items() if rc.tensors[n].role != "other"}
+    weight = next((n for n in names.values() if rc.tensors[n].role == "weight"), None)
+    if weight is None:
+        for n in names.values():
+            if rc.tensors[n].role in _SCALE_ROLES:
+                msg = f"scale tensor with no {module}.weight next to it; the config does not explain it"
+                rc.issues.append(_issue(catalog, "unexplained_tensor", n, msg))
+        return
+    entry = catalog.tensors[weight]
+    scheme = rc.tensors[weight].scheme
+    why = f"{scheme.short()} by {scheme.rule}"
+    if scheme.format is WeightFormat.UNSUPPORTED:
+        msg = f"{why}: ckpt cannot decode this scheme; it is reported but not converted"
+        rc.issues.append(_issue(catalog, "unsupported_scheme", weight, msg, "warning"))
+        return
+    if scheme.weight_dtypes and entry.dtype not in scheme.weight_dtypes:
+        msg = (
+            f"stored as {entry.dtype}, but the config gives {why}, which stores "
+            f"{'/'.join(scheme.weight_dtypes)}; the config and the weights disagree"
+        )
+        rc.issues.append(_issue(catalog, "weight_dtype", weight, msg))
+        return
+    if module.endswith(FUSED_EXPERT_SUFFIXES) and not scheme.quantized:
+        msg = (
+            f"fused 3-D expert tensor {list(entry.shape)} {entry.dtype}: "
+            f"{scheme.rule}; vLLM expects per-expert tensors, split it when converting"
+        )
+        rc.issues.append(_issue(catalog, "fused_experts_unquantized", weight, msg, "warning"))
+    expected = expected_siblings(scheme, entry.dtype, entry.shape)
+    for suffix, exp in expected.items():
+        name = f"{module}.{suffix}"
+        sib = catalog.tensors.get(name)
+        if sib is None:
+            msg = f"missing {exp.role} {name!r} ({'/'.join(exp.dtypes)}) that {why} needs"
+            rc.issues.append(_issue(catalog, "missing_scale", weight, msg))
+            continue
+        if exp.dtypes and sib.dtype not in exp.dtypes:
+            msg = f"{sib.dtype}, but {why} stores its {exp.role} as {'/'.join(exp.dtypes)}"
+            rc.issues.append(_issue(catalog, "scale_dtype", name, msg))
+        if tuple(sib.shape) not in exp.shapes:
+            msg = (
+                f"shape {list(sib.shape)}, but {why} needs {list(exp.shapes[0])} "
+                f"for weight {list(entry.shape)} {entry.dtype}"
+            )
+            rc.issues.append(_issue(catalog, "scale_shape", name, msg))
+    for suffix, name in names.items():
+        if rc.tensors[name].role in _SCALE_ROLES and suffix not in expected:
+            wanted = ", ".join(expected) or "no scale tensors"
+            msg = f"{why} stores {wanted}; this tensor is not explained by the config"
+            rc.issues.append(_issue(catalog, "unexplained_tensor", name, msg))
+
+
+def _check_packed(catalog: Any, rc: ResolvedCatalog) -> None:
+    weights = rc.weights()
+    seen: set[tuple[str, ...]] = set()
+    for module in sorted(weights):
+        packed = packed_siblings(module)
+        if packed is None or expert_parts(module) is not None:
+            continue
+        fused, shards = packed
+        present = tuple(s for s in shards if s in weights)
+        if len(present) < 2 or present in seen:
+            continue
+        seen.add(present)
+        schemes = [weights[s].scheme for s in present]
+        if len({storage_key(s) for s in schemes}) > 1:
+            detail = "; ".join(
+                f"{s.rsplit('.', 1)[-1]}: {sc.short()} ({sc.rule})"
+                for s, sc in zip(present, schemes, strict=True)
+            )
+            msg = f"vLLM loads these shards into one {fused} layer and needs one scheme: {detail}"
+            rc.issues.append(_issue(catalog, "packed_mismatch", weights[present[0]].name, msg))
