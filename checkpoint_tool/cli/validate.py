@@ -1,0 +1,124 @@
+"""``ckpt validate PATH``: the pre-publish gate for CI (no source checkpoint needed).
+
+Exit codes: 0 clean (warnings allowed unless ``--strict``), 1 findings, 2 usage error or
+input that is not a checkpoint. See docs/validate.md for the rules and a CI workflow.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from checkpoint_tool.cli.output import OutputFormat, emit
+from checkpoint_tool.errors import UsageError
+
+HELP = """Check a checkpoint before publishing it: structure (index, shards, headers, offsets,
+total_size), completeness against config.json, per-scheme dtypes and scale shapes, scale
+values, checksums against ckpt-manifest.json, policy drift, and optionally a runtime run.
+
+Exit code: 0 clean, 1 findings (errors; warnings too with --strict), 2 usage error or
+unreadable input.
+
+Examples:
+
+  ckpt validate /out/model
+
+  ckpt validate /out/model --strict --scan-weights --format junit > validate.xml
+
+  ckpt validate /out/model --expect-policy policy.json --junit validate.xml
+
+  ckpt validate /out/model --write-manifest
+"""
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("validate", help=HELP)
+    def validate(
+        path: Annotated[Path, typer.Argument(help="Checkpoint folder (or one .safetensors file).")],
+        fmt: Annotated[
+            OutputFormat,
+            typer.Option("--format", "-f", help="human, json, junit (JUnit XML) or markdown."),
+        ] = OutputFormat.human,
+        strict: Annotated[
+            bool, typer.Option("--strict", help="Fail (exit 1) on warnings as well.")
+        ] = False,
+        scan_weights: Annotated[
+            bool,
+            typer.Option(
+                "--scan-weights",
+                help="Also read every weight (streamed) for FP8 NaN codes and float NaN/inf.",
+            ),
+        ] = False,
+        manifest: Annotated[
+            Path | None,
+            typer.Option(help="Manifest to check against (default: PATH/ckpt-manifest.json)."),
+        ] = None,
+        write_manifest: Annotated[
+            bool,
+            typer.Option(
+                "--write-manifest",
+                help="Write PATH/ckpt-manifest.json (sizes + sha256) if every check passes.",
+            ),
+        ] = False,
+        expect_policy: Annotated[
+            Path | None,
+            typer.Option(
+                help="Earlier `ckpt inspect --format json` output; fail on any changed "
+                "per-layer decision."
+            ),
+        ] = None,
+        deep: Annotated[
+            bool,
+            typer.Option(
+                "--deep", help="Run the MoE runtime on sampled layers (outputs finite, sane)."
+            ),
+        ] = False,
+        only: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--only", help="Run only these rule ids (repeatable), e.g. --only scale_values."
+            ),
+        ] = None,
+        junit: Annotated[
+            Path | None,
+            typer.Option(help="Also write the JUnit XML report to this file."),
+        ] = None,
+    ) -> None:
+        from checkpoint_tool.validate import ValidateOptions, validate_checkpoint
+        from checkpoint_tool.validate.checks import CHECK_IDS
+        from checkpoint_tool.validate.render import render_human, render_junit, render_markdown
+
+        if only:
+            unknown = sorted(set(only) - set(CHECK_IDS))
+            if unknown:
+                raise UsageError(
+                    f"--only: unknown rule id(s) {', '.join(unknown)}; known: "
+                    f"{', '.join(CHECK_IDS)}"
+                )
+        options = ValidateOptions(
+            scan_weights=scan_weights,
+            manifest=manifest,
+            write_manifest=write_manifest,
+            expect_policy=expect_policy,
+            deep=deep,
+            strict=strict,
+        )
+        report = validate_checkpoint(path, options, only=list(only) if only else None)
+        if junit is not None:
+            try:
+                junit.write_text(render_junit(report), encoding="utf-8")
+            except OSError as exc:
+                raise UsageError(
+                    f"{junit}: cannot write the JUnit report ({exc.strerror})"
+                ) from exc
+        emit(
+            report,
+            fmt,
+            human=render_human,
+            markdown=render_markdown,
+            junit=render_junit,
+        )
+        if report.exit_code:
+            raise typer.Exit(report.exit_code)

@@ -1,0 +1,296 @@
+"""Everything the validation rules share: the layout on disk, scanned headers, config, catalog.
+
+Built once per run by ``load_context``; the rules only read it. Layout faults never abort
+here: they are kept (index problems, per-file scans) for the structure rules to report. Only
+input that is not a checkpoint at all (no such path, no safetensors) raises ``InputError``
+(exit 2). Derived views that need other layers (resolved quant schemes, model facts) are
+computed on first use and cached; when they cannot be built the dependent rules are skipped
+with the reason (``Unavailable``).
+
+Example::
+
+    ctx = load_context(Path("out/"), ValidateOptions(scan_weights=True))
+    ctx.counted_files      # ['model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors']
+    ctx.catalog.tensors["model.layers.1.mlp.experts.0.gate_proj.weight"].dtype  # 'U8'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from checkpoint_tool.catalog.catalog import INDEX_NAME, Catalog, TensorEntry
+from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES
+from checkpoint_tool.errors import CkptError, InputError
+
+#: vLLM ``--load-format sharded_state`` file names (no index, per-rank parameter names)
+SHARDED_STATE_PREFIXES = ("model-rank-", "model-pp-")
+
+
+class Unavailable(Exception):
+    """A rule cannot run here (missing input or an optional layer); the message says why."""
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    """What to check beyond the always-on rules."""
+
+    scan_weights: bool = False
+    manifest: Path | None = None
+    write_manifest: bool = False
+    expect_policy: Path | None = None
+    deep: bool = False
+    deep_layers: int = 2
+    deep_tokens: int = 16
+    strict: bool = False
+    #: bytes read per chunk when streaming tensor data (scale and weight scans)
+    chunk_bytes: int = 64 * 1024 * 1024
+
+
+@dataclass
+class IndexEntryProblem:
+    tensor: str
+    target: object
+    rule: str  # "index_valid" | "index_paths"
+    message: str
+
+
+@dataclass
+class ValidationContext:
+    root: Path
+    options: ValidateOptions
+    single_file: str | None = None
+    index_present: bool = False
+    index: dict | None = None
+    index_error: str | None = None
+    #: tensor -> shard file for index entries that name a safe relative path
+    weight_map: dict[str, str] = field(default_factory=dict)
+    index_problems: list[IndexEntryProblem] = field(default_factory=list)
+    #: files the index references (safe paths only), sorted
+    referenced: list[str] = field(default_factory=list)
+    #: ``*.safetensors`` found in the folder, sorted
+    on_disk: list[str] = field(default_factory=list)
+    #: scans of every existing file in ``referenced`` and ``on_disk``
+    scans: dict[str, Any] = field(default_factory=dict)
+    config: dict | None = None
+    config_error: str | None = None
+    hf_quant_config: dict | None = None
+    hf_quant_error: str | None = None
+
+    # ---- layout -----------------------------------------------------------------------
+
+    @property
+    def uses_index(self) -> bool:
+        return self.index_present and self.index_error is None
+
+    @property
+    def counted_files(self) -> list[str]:
+        """The shards a loader would read: the index's files that exist, else all on disk."""
+        if self.single_file is not None:
+            return [self.single_file]
+        if self.uses_index:
+            return [f for f in self.referenced if f in self.scans]
+        return list(self.on_disk)
+
+    @property
+    def is_sharded_state(self) -> bool:
+        """vLLM sharded-state output: per-rank files of engine parameter names, no index."""
+        files = self.counted_files
+        return (
+            not self.index_present
+            and bool(files)
+            and all(f.startswith(SHARDED_STATE_PREFIXES) for f in files)
+        )
+
+    @cached_property
+    def catalog(self) -> Catalog:
+        """A header-only catalog of the counted files (index placement wins on duplicates)."""
+        tensors: dict[str, TensorEntry] = {}
+        headers = {}
+        for rel in self.counted_files:
+            scan = self.scans[rel]
+            for name, th in scan.entries.items():
+                if name in tensors and self.weight_map.get(name) != rel:
+                    continue
+                tensors[name] = TensorEntry(name, rel, th.dtype, th.shape, th.begin, th.end)
+        return Catalog(
+            root=self.root,
+            tensors=dict(sorted(tensors.items())),
+            files=self.counted_files,
+            config=self.config,
+            hf_quant_config=self.hf_quant_config,
+            index=self.index if self.uses_index else None,
+            source=str(self.root),
+            headers=headers,
+        )
+
+    @cached_property
+    def all_names(self) -> set[str]:
+        """Every tensor name in the counted files, including ones with a broken header entry."""
+        out: set[str] = set()
+        for rel in self.counted_files:
+            out |= self.scans[rel].names
+        return out
+
+    @cached_property
+    def unreadable(self) -> set[str]:
+        """Names whose bytes must not be read (the structure rules report why)."""
+        out: set[str] = set()
+        for rel in self.counted_files:
+            out |= self.scans[rel].unreadable
+        return out
+
+    # ---- derived views (other layers) -------------------------------------------------
+
+    def require_config(self) -> dict:
+        if self.config is None:
+            raise Unavailable(self.config_error or "no config.json (see config_json)")
+        return self.config
+
+    @cached_property
+    def _resolved(self) -> Any:
+        try:
+            from checkpoint_tool.quant.resolve import resolve_catalog
+        except ImportError as exc:
+            return Unavailable(f"quant scheme resolution is not available ({exc})")
+        if self.hf_quant_error:
+            return Unavailable(f"hf_quant_config.json is unreadable ({self.hf_quant_error})")
+        try:
+            return resolve_catalog(self.catalog)
+        except CkptError as exc:
+            return exc
+
+    def resolved(self) -> Any:
+        """``ResolvedCatalog`` of the counted files; ``Unavailable`` if it cannot be built."""
+        self.require_config()
+        r = self._resolved
+        if isinstance(r, Unavailable):
+            raise r
+        if isinstance(r, CkptError):
+            raise Unavailable("the quantization config cannot be resolved (see quant_config)")
+        return r
+
+    @cached_property
+    def _facts(self) -> Any:
+        try:
+            from checkpoint_tool.model import model_facts
+        except ImportError as exc:
+            return Unavailable(f"model facts are not available ({exc})")
+        try:
+            shapes = {n: e.shape for n, e in self.catalog.tensors.items()}
+            return model_facts(self.config or {}, set(self.all_names), tensor_shapes=shapes)
+        except CkptError as exc:
+            return Unavailable(f"config.json does not describe the model: {exc.message}")
+
+    def facts(self) -> Any:
+        """``ModelFacts`` from config.json and the tensor names; ``Unavailable`` otherwise."""
+        self.require_config()
+        f = self._facts
+        if isinstance(f, Unavailable):
+            raise f
+        return f
+
+
+def load_context(path: Path, options: ValidateOptions) -> ValidationContext:
+    """Read the layout, index, configs and every shard header under ``path``.
+
+    Raises ``InputError`` only when ``path`` is not a checkpoint at all.
+    """
+    from checkpoint_tool.validate.scan import scan_file
+
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or folder; give a checkpoint folder")
+    if path.is_file():
+        if path.suffix != ".safetensors":
+            raise InputError(f"{path}: not a .safetensors file or a checkpoint folder")
+        ctx = ValidationContext(root=path.parent, options=options, single_file=path.name)
+    else:
+        ctx = ValidationContext(root=path, options=options)
+    root = ctx.root
+    ctx.config, ctx.config_error = _read_json(root / "config.json")
+    if ctx.config is None and ctx.config_error is None:
+        ctx.config_error = "config.json is missing; vLLM needs it next to the shards"
+    ctx.hf_quant_config, ctx.hf_quant_error = _read_json(root / "hf_quant_config.json")
+    if ctx.single_file is None:
+        ctx.on_disk = sorted(p.name for p in root.glob("*.safetensors") if p.is_file())
+        if (root / INDEX_NAME).exists():
+            ctx.index_present = True
+            _read_index(ctx)
+        if not ctx.on_disk and not ctx.referenced:
+            pickles = sorted(p.name for p in root.iterdir() if p.suffix in PICKLE_SUFFIXES)
+            hint = f" (only pickle weights: {', '.join(pickles[:3])})" if pickles else ""
+            raise InputError(
+                f"{root}: no *.safetensors files and no usable {INDEX_NAME}{hint}; "
+                "give a safetensors checkpoint folder"
+            )
+    files = sorted({*ctx.referenced, *ctx.on_disk} | ({ctx.single_file} - {None}))
+    for rel in files:
+        if (root / rel).is_file():
+            ctx.scans[rel] = scan_file(root, rel)
+    return ctx
+
+
+def _read_json(path: Path) -> tuple[dict | None, str | None]:
+    if not path.exists():
+        return None, None
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return None, f"{path.name} is not valid JSON ({exc})"
+    if not isinstance(doc, dict):
+        return None, f"{path.name} is not a JSON object"
+    return doc, None
+
+
+def safe_relative(rel: object) -> str | None:
+    """``rel`` normalized if it is a relative path that stays inside the folder, else None.
+
+    Checked lexically (not by resolving symlinks: hub caches link shards to blobs elsewhere).
+    """
+    if not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel:
+        return None
+    if os.path.isabs(rel) or rel.startswith("/") or (len(rel) > 1 and rel[1] == ":"):
+        return None
+    norm = posixpath.normpath(rel)
+    if norm == ".." or norm.startswith("../") or norm == ".":
+        return None
+    return norm
+
+
+def _read_index(ctx: ValidationContext) -> None:
+    doc, err = _read_json(ctx.root / INDEX_NAME)
+    if err:
+        ctx.index_error = err
+        return
+    ctx.index = doc
+    weight_map = (doc or {}).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        ctx.index_error = f"{INDEX_NAME} has no 'weight_map' object"
+        return
+    files: set[str] = set()
+    for name, rel in weight_map.items():
+        safe = safe_relative(rel)
+        if not isinstance(rel, str) or not rel:
+            ctx.index_problems.append(
+                IndexEntryProblem(name, rel, "index_valid", f"file entry {rel!r} is not a name")
+            )
+        elif safe is None:
+            ctx.index_problems.append(
+                IndexEntryProblem(
+                    name,
+                    rel,
+                    "index_paths",
+                    f"index points at {rel!r}, outside the checkpoint folder; loaders must "
+                    "refuse it: fix the index",
+                )
+            )
+        else:
+            ctx.weight_map[name] = safe
+            files.add(safe)
+    ctx.referenced = sorted(files)

@@ -1,0 +1,250 @@
+"""Value rules: scales decode to finite positive numbers; optionally, weights hold no NaN codes.
+
+Only the bytes of the tensors checked are read, by byte range and in bounded chunks
+(``ValidateOptions.chunk_bytes``), so memory stays flat whatever the tensor size.
+
+- E8M0 scales (``U8`` / ``F8_E8M0``): byte 255 is NaN.
+- Float scales (``F32``/``BF16``/``F16``/``F8_E4M3``): NaN/inf and negative values are errors;
+  zero is a warning (a zero block/group scale decodes its whole block to 0: legal for an
+  all-zero block, suspicious otherwise).
+- ``--scan-weights``: FP8 weights with NaN codes (0x7F / 0xFF), float weights with NaN/inf.
+
+Example finding::
+
+    Issue(severity="error", rule="scale_values", file="model-00001-of-00002.safetensors",
+          tensor="model.layers.1.mlp.experts.2.down_proj.weight_scale",
+          message="1 of 1024 E8M0 scale bytes is 255 (NaN), first at [3, 1]; ...")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from checkpoint_tool.catalog.catalog import TensorEntry
+from checkpoint_tool.catalog.reader import TORCH_STORAGE_DTYPE, read_range, storage_shape
+from checkpoint_tool.report import Issue
+from checkpoint_tool.validate.context import Unavailable, ValidationContext
+
+E8M0_DTYPES = ("U8", "F8_E8M0")
+FLOAT_DTYPES = ("F32", "BF16", "F16", "F8_E4M3", "F64")
+FP8_DTYPES = ("F8_E4M3", "F8_E5M2")
+SCALE_ROLES = ("scale", "global_scale", "input_scale")
+#: suffixes that name a scale when the quant config cannot be resolved
+SCALE_SUFFIXES = (
+    ".weight_scale",
+    ".weight_scale_inv",
+    ".weight_scale_2",
+    ".input_scale",
+    ".input_scale_2",
+    ".scale",
+)
+
+
+@dataclass
+class ValueStats:
+    """Counts of bad elements in one tensor; ``first`` is the flat index of the first one."""
+
+    total: int = 0
+    nan: int = 0
+    inf: int = 0
+    negative: int = 0
+    zero: int = 0
+    #: flat index of the first NaN/inf (or NaN code) element
+    first_bad: int | None = None
+    first_negative: int | None = None
+    first_zero: int | None = None
+
+    def note(self, field: str, mask: torch.Tensor) -> None:
+        """Record the first flat index where ``mask`` holds, offset by elements seen so far."""
+        if getattr(self, field) is None and bool(mask.any()):
+            setattr(self, field, self.total + int(torch.nonzero(mask.flatten())[0, 0]))
+
+
+def iter_chunks(path, entry: TensorEntry, elem_bytes: int, chunk_bytes: int) -> Iterator[bytes]:
+    """Yield the tensor's bytes in element-aligned chunks of at most ``chunk_bytes``."""
+    step = max(elem_bytes, chunk_bytes - chunk_bytes % elem_bytes)
+    pos = entry.begin
+    while pos < entry.end:
+        stop = min(entry.end, pos + step)
+        yield read_range(path, pos, stop)
+        pos = stop
+
+
+def scan_values(ctx: ValidationContext, entry: TensorEntry, *, e8m0: bool) -> ValueStats:
+    """Stream one tensor and count NaN/inf/negative/zero elements."""
+    path = ctx.catalog.path_of(entry)
+    stats = ValueStats()
+    if e8m0:
+        for raw in iter_chunks(path, entry, 1, ctx.options.chunk_bytes):
+            a = np.frombuffer(raw, dtype=np.uint8)
+            bad = np.flatnonzero(a == 255)
+            if bad.size and stats.first_bad is None:
+                stats.first_bad = stats.total + int(bad[0])
+            stats.nan += int(bad.size)
+            stats.total += a.size
+        return stats
+    torch_dtype = TORCH_STORAGE_DTYPE[entry.dtype]
+    elem = torch.empty((), dtype=torch_dtype).element_size()
+    for raw in iter_chunks(path, entry, elem, ctx.options.chunk_bytes):
+        t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(torch_dtype).float()
+        nan, inf = torch.isnan(t), torch.isinf(t)
+        neg, zero = (t < 0) & ~inf, t == 0
+        stats.note("first_bad", nan | inf)
+        stats.note("first_negative", neg)
+        stats.note("first_zero", zero)
+        stats.nan += int(nan.sum())
+        stats.inf += int(inf.sum())
+        stats.negative += int(neg.sum())
+        stats.zero += int(zero.sum())
+        stats.total += t.numel()
+    return stats
+
+
+def scan_fp8_nan_codes(ctx: ValidationContext, entry: TensorEntry) -> ValueStats:
+    """Count FP8 NaN codes (E4M3: 0x7F/0xFF; E5M2: exponent all ones) in bounded chunks."""
+    path = ctx.catalog.path_of(entry)
+    stats = ValueStats()
+    for raw in iter_chunks(path, entry, 1, ctx.options.chunk_bytes):
+        a = np.frombuffer(raw, dtype=np.uint8)
+        if entry.dtype == "F8_E4M3":
+            bad = np.flatnonzero((a & 0x7F) == 0x7F)
+        else:  # E5M2: exponent 0b11111 is inf (mantissa 0) or NaN
+            bad = np.flatnonzero((a & 0x7C) == 0x7C)
+        if bad.size and stats.first_bad is None:
+            stats.first_bad = stats.total + int(bad[0])
+        stats.nan += int(bad.size)
+        stats.total += a.size
+    return stats
+
+
+def where(entry: TensorEntry, flat: int | None) -> str:
+    """``[3, 1]``: the storage index of flat element ``flat`` (``[]`` for a 0-d tensor)."""
+    if flat is None:
+        return "?"
+    shape = storage_shape(entry)
+    if not shape:
+        return "[]"
+    idx = []
+    for dim in reversed(shape):
+        idx.append(flat % dim if dim else 0)
+        flat //= dim if dim else 1
+    return "[" + ", ".join(str(i) for i in reversed(idx)) + "]"
+
+
+def scale_entries(ctx: ValidationContext) -> list[TensorEntry]:
+    """The scale tensors of the checkpoint: by resolved role, or by name when unresolvable."""
+    try:
+        resolved = ctx.resolved()
+        names = [n for n, r in resolved.tensors.items() if r.role in SCALE_ROLES]
+    except Unavailable:
+        names = [n for n in ctx.catalog.tensors if n.endswith(SCALE_SUFFIXES)]
+    return [
+        ctx.catalog.tensors[n]
+        for n in sorted(names)
+        if n in ctx.catalog.tensors and n not in ctx.unreadable
+    ]
+
+
+def check_scale_values(ctx: ValidationContext) -> list[Issue]:
+    """Scales are finite and positive; no E8M0 255 (NaN)."""
+    out: list[Issue] = []
+    for entry in scale_entries(ctx):
+        if entry.dtype in E8M0_DTYPES:
+            s = scan_values(ctx, entry, e8m0=True)
+            if s.nan:
+                out.append(
+                    _issue(
+                        "error",
+                        "scale_values",
+                        entry,
+                        f"{s.nan} of {s.total} E8M0 scale bytes are 255 (NaN), first at "
+                        f"{where(entry, s.first_bad)}; the block decodes to NaN: re-quantize it",
+                    )
+                )
+        elif entry.dtype in FLOAT_DTYPES:
+            out.extend(_float_scale_findings(ctx, entry))
+        else:
+            out.append(
+                _issue(
+                    "error",
+                    "scale_values",
+                    entry,
+                    f"scale stored as {entry.dtype}, which is neither E8M0 nor a float type",
+                )
+            )
+    return out
+
+
+def _float_scale_findings(ctx: ValidationContext, entry: TensorEntry) -> list[Issue]:
+    s = scan_values(ctx, entry, e8m0=False)
+    out = []
+    if s.nan or s.inf or s.negative:
+        counts = ((s.nan, "NaN"), (s.inf, "inf"), (s.negative, "negative"))
+        parts = ", ".join(f"{n} {what}" for n, what in counts if n)
+        first = s.first_bad if s.first_bad is not None else s.first_negative
+        out.append(
+            _issue(
+                "error",
+                "scale_values",
+                entry,
+                f"{parts} of {s.total} {entry.dtype} scale values, first at "
+                f"{where(entry, first)}; scales must be finite and positive: re-quantize",
+            )
+        )
+    if s.zero:
+        out.append(
+            _issue(
+                "warning",
+                "scale_values",
+                entry,
+                f"{s.zero} of {s.total} scale values are 0, first at {where(entry, s.first_zero)}"
+                "; those blocks decode to zeros (fine only for all-zero blocks)",
+            )
+        )
+    return out
+
+
+def check_weight_values(ctx: ValidationContext) -> list[Issue]:
+    """With --scan-weights: FP8 weights hold no NaN codes, float weights no NaN/inf."""
+    if not ctx.options.scan_weights:
+        raise Unavailable("weights are not scanned by default; pass --scan-weights")
+    scale_names = {e.name for e in scale_entries(ctx)}
+    out: list[Issue] = []
+    for name, entry in ctx.catalog.tensors.items():
+        if name in scale_names or name in ctx.unreadable or not entry.nbytes:
+            continue
+        if name.endswith(SCALE_SUFFIXES):
+            continue
+        if entry.dtype in FP8_DTYPES:
+            s = scan_fp8_nan_codes(ctx, entry)
+            if s.nan:
+                out.append(
+                    _issue(
+                        "error",
+                        "weight_values",
+                        entry,
+                        f"{s.nan} of {s.total} {entry.dtype} weight bytes are NaN codes, first "
+                        f"at {where(entry, s.first_bad)}; re-quantize the weight",
+                    )
+                )
+        elif entry.dtype in ("F32", "BF16", "F16", "F64"):
+            s = scan_values(ctx, entry, e8m0=False)
+            if s.nan or s.inf:
+                out.append(
+                    _issue(
+                        "error",
+                        "weight_values",
+                        entry,
+                        f"{s.nan} NaN and {s.inf} inf of {s.total} {entry.dtype} values, first "
+                        f"at {where(entry, s.first_bad)}; the weight is corrupt",
+                    )
+                )
+    return out
+
+
+def _issue(severity: str, rule: str, entry: TensorEntry, message: str) -> Issue:
+    return Issue(severity=severity, rule=rule, file=entry.file, tensor=entry.name, message=message)

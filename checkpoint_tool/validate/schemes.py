@@ -1,0 +1,129 @@
+"""Scheme rules: every weight and scale has the dtype and shape its quantization scheme implies.
+
+The per-tensor comparison (weight dtype, scale dtype, scale shape from the codec's
+``storage_shapes`` of the weight's logical shape) is done once, by
+``checkpoint_tool.quant.resolve.resolve_catalog``; these rules report its findings under
+their own ids so each CI testcase has one owner. ``expert_shapes`` adds what only the model
+facts know: the experts of a layer agree with each other and with ``hidden_size``.
+
+Example findings::
+
+    error [scale_shape] model.layers.1.mlp.experts.0.gate_proj.weight_scale: shape [128, 3],
+          but mxfp4/32 by vllm: global_quant_config needs [128, 8] for weight [128, 128] U8
+    error [expert_shapes] model.layers.1.mlp.experts.2.down_proj.weight: U8[256, 32] differs
+          from the 3 other experts of layer 1 (U8[256, 64])
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from checkpoint_tool.report import Issue
+from checkpoint_tool.validate.completeness import PROJS, _skip_sharded, relayed
+from checkpoint_tool.validate.context import Unavailable, ValidationContext
+
+
+def _fmt(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _issue(ctx: ValidationContext, name: str, message: str) -> Issue:
+    e = ctx.catalog.tensors.get(name)
+    return Issue(
+        severity="error",
+        rule="expert_shapes",
+        tensor=name,
+        file=e.file if e else None,
+        message=message,
+    )
+
+
+def check_weight_dtype(ctx: ValidationContext) -> list[Issue]:
+    """Each weight is stored in a dtype its scheme allows (packed FP4 as U8, FP8 as F8_E4M3)."""
+    _skip_sharded(ctx)
+    return relayed(ctx, "weight_dtype")
+
+
+def check_scale_dtype(ctx: ValidationContext) -> list[Issue]:
+    """Each scale is stored in its scheme's dtype (E8M0 as U8/F8_E8M0, float as F32/BF16)."""
+    _skip_sharded(ctx)
+    return relayed(ctx, "scale_dtype")
+
+
+def check_scale_shape(ctx: ValidationContext) -> list[Issue]:
+    """Each scale has the shape the codec derives from its weight's logical (unpacked) shape."""
+    _skip_sharded(ctx)
+    return relayed(ctx, "scale_shape")
+
+
+def _logical(ctx: ValidationContext, name: str) -> tuple[int, ...]:
+    """Unpacked ``[..., out, in]`` of a stored weight (packed FP4 doubles the last dim)."""
+    from checkpoint_tool.quant.configs.shapes import logical_shape
+
+    entry = ctx.catalog.tensors[name]
+    try:
+        r = ctx.resolved().tensors.get(name)
+    except Unavailable:
+        r = None
+    if r is None:
+        return tuple(entry.shape)
+    return tuple(logical_shape(r.scheme, entry.dtype, tuple(entry.shape)))
+
+
+def check_expert_shapes(ctx: ValidationContext) -> list[Issue]:
+    """Within each MoE layer, experts agree: same dtype and shape, hidden dims = hidden_size."""
+    _skip_sharded(ctx)
+    facts = ctx.facts()
+    tensors = ctx.catalog.tensors
+    hidden = int(facts.hidden_size)
+    out: list[Issue] = []
+    for layer in facts.moe_layers:
+        if layer.naming.routed_layout == "fused_3d":
+            for p in ("gate", "down"):
+                w = layer.routed_weight(0, p)
+                if w in tensors:
+                    out.extend(_hidden(ctx, w, p == "down", hidden, layer.layer))
+            continue
+        for p in PROJS:
+            groups: dict[tuple, list[str]] = defaultdict(list)
+            for e in range(int(layer.n_routed)):
+                w = layer.routed_weight(e, p)
+                if w in tensors:
+                    groups[(tensors[w].dtype, tuple(tensors[w].shape))].append(w)
+            if not groups:
+                continue
+            ranked = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+            (common, members), odd = ranked[0], ranked[1:]
+            for key, ws in odd:
+                out.extend(
+                    _issue(
+                        ctx,
+                        w,
+                        f"{key[0]}{_fmt(key[1])} differs from the {len(members)} other experts "
+                        f"of layer {layer.layer} ({common[0]}{_fmt(common[1])})",
+                    )
+                    for w in ws
+                )
+            out.extend(_hidden(ctx, members[0], p == "down", hidden, layer.layer))
+    return out
+
+
+def _hidden(
+    ctx: ValidationContext, name: str, is_down: bool, hidden: int, layer: int
+) -> list[Issue]:
+    """gate/up are logically ``[..., I, H]`` and down ``[..., H, I]``: H must be hidden_size."""
+    logical = _logical(ctx, name)
+    if len(logical) < 2:
+        return []
+    h = logical[-2] if is_down else logical[-1]
+    if h == hidden:
+        return []
+    which = "rows" if is_down else "columns"
+    return [
+        _issue(
+            ctx,
+            name,
+            f"logical shape {_fmt(logical)} has {h} {which} but hidden_size is {hidden} (MoE "
+            f"layer {layer}); the expert does not fit the model",
+        )
+    ]
