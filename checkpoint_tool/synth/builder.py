@@ -1,0 +1,255 @@
+"""Write a synthetic checkpoint folder: shards, index, config.json, side files.
+
+Memory is bounded: tensors are generated and written one at a time through the atomic
+``SafetensorsWriter``. ``sparse=True`` writes each shard's header and then extends the file to
+its full size with ``truncate``: the data region is a hole (reads as zeros), no data is
+generated, and a full-size DeepSeek-R1 layout (163 shards, ~92k tensors) takes seconds.
+
+Example::
+
+    synth_checkpoint("quark-hybrid", Path("/tmp/hybrid"), seed=0)
+    # /tmp/hybrid: config.json, generation_config.json, model-00001-of-000003.safetensors, ...,
+    #              model.safetensors.index.json, tokenizer_config.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from checkpoint_tool.catalog.safetensors_format import build_header
+from checkpoint_tool.errors import OutputError, UsageError
+from checkpoint_tool.execute.writer import (
+    SafetensorsWriter,
+    fsync_dir,
+    partial_name,
+    write_bytes_atomic,
+)
+from checkpoint_tool.synth.data import DataGenerator
+from checkpoint_tool.synth.dims import Dims, with_overrides
+from checkpoint_tool.synth.layout import SynthLayout, TensorSpec
+from checkpoint_tool.synth.presets import PRESETS
+from checkpoint_tool.synth.presets.base import PresetOptions, PresetSpec
+from checkpoint_tool.synth.shards import shard_name, spec_nbytes, split_balanced, split_greedy
+from checkpoint_tool.synth.sidefiles import side_files
+
+INDEX_NAME = "model.safetensors.index.json"
+#: shard budget of tiny checkpoints: small enough that every preset has several shards
+DEFAULT_SHARD_SIZE = 1 << 20
+SHARD_METADATA = {"format": "pt"}
+
+#: (bytes done, bytes total, current file) -> None
+Progress = Callable[[int, int, str], None]
+
+
+def get_preset(name: str) -> PresetSpec:
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise UsageError(
+            f"unknown preset {name!r}; `ckpt synth --list` shows the presets "
+            f"({', '.join(sorted(PRESETS))})"
+        ) from None
+
+
+def resolve_dims(
+    spec: PresetSpec,
+    *,
+    sparse: bool = False,
+    num_layers: int | None = None,
+    n_routed: int | None = None,
+    n_shared: int | None = None,
+    hidden: int | None = None,
+    moe_intermediate: int | None = None,
+) -> Dims:
+    """The preset's tiny dims (full real sizes with ``sparse``) with the user's overrides."""
+    for label, value, low in (
+        ("--layers", num_layers, 1),
+        ("--experts", n_routed, 1),
+        ("--shared-experts", n_shared, 0),
+        ("--hidden", hidden, 32),
+        ("--moe-intermediate", moe_intermediate, 1),
+    ):
+        if value is not None and value < low:
+            raise UsageError(f"{label} {value}: must be at least {low}")
+    base = spec.full if sparse else spec.tiny
+    dims = with_overrides(
+        base,
+        num_layers=num_layers,
+        n_routed=n_routed,
+        n_shared=n_shared,
+        hidden=hidden,
+        moe_intermediate=moe_intermediate,
+    )
+    if dims.top_k > dims.n_routed:
+        dims = dims.model_copy(update={"top_k": dims.n_routed})
+    if dims.first_dense >= dims.num_layers and spec.family == "deepseek_v3":
+        dims = dims.model_copy(update={"first_dense": max(0, dims.num_layers - 1)})
+    return dims
+
+
+def build_layout(
+    preset: str,
+    *,
+    sparse: bool = False,
+    fused_experts: bool = False,
+    **overrides: int | None,
+) -> SynthLayout:
+    """The layout (config + tensor specs) a call to ``synth_checkpoint`` would write."""
+    spec = get_preset(preset)
+    if fused_experts and not spec.supports_fused_experts:
+        raise UsageError(
+            f"preset {preset!r} has no fused-experts variant; it applies to Quark presets on "
+            "the DeepSeek-V3 architecture"
+        )
+    dims = resolve_dims(spec, sparse=sparse, **overrides)
+    return spec.build(dims, PresetOptions(fused_experts=fused_experts))
+
+
+def synth_checkpoint(
+    preset: str,
+    dst: Path,
+    *,
+    seed: int = 0,
+    num_layers: int | None = None,
+    n_routed: int | None = None,
+    n_shared: int | None = None,
+    hidden: int | None = None,
+    moe_intermediate: int | None = None,
+    shard_size: int | None = None,
+    shards: int | None = None,
+    sparse: bool = False,
+    fused_experts: bool = False,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+) -> Path:
+    """Write checkpoint ``preset`` into folder ``dst`` and return ``dst``.
+
+    ``shard_size`` (bytes) splits greedily; ``shards`` splits into that many shards balanced
+    by bytes; neither: full-size layouts use the real shard count, tiny ones 1 MiB shards.
+    """
+    layout = build_layout(
+        preset,
+        sparse=sparse,
+        fused_experts=fused_experts,
+        num_layers=num_layers,
+        n_routed=n_routed,
+        n_shared=n_shared,
+        hidden=hidden,
+        moe_intermediate=moe_intermediate,
+    )
+    groups = _split(layout, shard_size=shard_size, shards=shards, sparse=sparse)
+    dst = Path(dst)
+    _prepare_dst(dst, overwrite)
+    total = sum(spec_nbytes(s) for s in layout.tensors)
+    gen = DataGenerator(seed)
+    weight_map: dict[str, str] = {}
+    file_bytes = 0
+    done = 0
+    n = len(groups)
+    for k, group in enumerate(groups, start=1):
+        name = shard_name(k, n, max(5, layout.shard_digits_total))
+        ordered = sorted(group, key=lambda s: s.name)
+        path = dst / name
+        if sparse:
+            _write_sparse(path, ordered)
+            done += sum(spec_nbytes(s) for s in group)
+            if progress:
+                progress(done, total, name)
+        else:
+            with SafetensorsWriter(
+                path, [(s.name, s.dtype, tuple(s.shape)) for s in ordered], SHARD_METADATA
+            ) as writer:
+                for s in ordered:
+                    writer.write(s.name, gen.tensor_bytes(s))
+                    done += spec_nbytes(s)
+                    if progress:
+                        progress(done, total, name)
+        file_bytes += path.stat().st_size
+        for s in group:
+            weight_map[s.name] = name
+    total_size = file_bytes if layout.index_total_size == "files" else total
+    index = {"metadata": {"total_size": total_size}, "weight_map": dict(sorted(weight_map.items()))}
+    _write_json(dst / INDEX_NAME, index)
+    _write_json(dst / "config.json", layout.config)
+    for fname, content in {**layout.extra_files, **side_files(_family(preset))}.items():
+        _write_json(dst / fname, content)
+    return dst
+
+
+def _family(preset: str) -> str:
+    return PRESETS[preset].family
+
+
+def _split(
+    layout: SynthLayout, *, shard_size: int | None, shards: int | None, sparse: bool
+) -> list[list[TensorSpec]]:
+    if shard_size is not None and shards is not None:
+        raise UsageError("give either --shard-size or --shards, not both")
+    if shard_size is not None:
+        if shard_size < 1:
+            raise UsageError(f"--shard-size {shard_size}: must be a positive number of bytes")
+        return split_greedy(layout.tensors, shard_size)
+    if shards is not None:
+        if shards < 1:
+            raise UsageError(f"--shards {shards}: must be at least 1")
+        return split_balanced(layout.tensors, shards)
+    if sparse and layout.default_shards:
+        return split_balanced(layout.tensors, layout.default_shards)
+    return split_greedy(layout.tensors, DEFAULT_SHARD_SIZE)
+
+
+#: files synth writes; --overwrite removes these (and nothing else) before writing
+_OWNED_SUFFIXES = (".safetensors", ".safetensors.partial")
+_OWNED_NAMES = {
+    INDEX_NAME,
+    "config.json",
+    "hf_quant_config.json",
+    "tokenizer_config.json",
+    "generation_config.json",
+}
+
+
+def _prepare_dst(dst: Path, overwrite: bool) -> None:
+    if dst.exists() and not dst.is_dir():
+        raise OutputError(f"{dst}: exists and is not a folder; choose another destination")
+    if dst.exists() and any(dst.iterdir()):
+        if not overwrite:
+            raise OutputError(
+                f"{dst}: folder is not empty; pass --overwrite to replace a checkpoint there"
+            )
+        for p in dst.iterdir():
+            stem = p.name.lstrip(".")
+            if p.is_file() and (p.name in _OWNED_NAMES or stem.endswith(_OWNED_SUFFIXES)):
+                p.unlink()
+    try:
+        dst.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"{dst}: cannot create folder ({exc.strerror})") from exc
+
+
+def _write_sparse(path: Path, specs: list[TensorSpec]) -> None:
+    """Header only, then extend to the full size: the data region is a hole."""
+    prefix, offsets = build_header(
+        [(s.name, s.dtype, tuple(s.shape)) for s in specs], SHARD_METADATA
+    )
+    size = len(prefix) + (offsets[-1][1] if offsets else 0)
+    tmp = partial_name(path)
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(prefix)
+            fh.truncate(size)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as exc:
+        if tmp.exists():
+            tmp.unlink()
+        raise OutputError(f"{path}: cannot write ({exc.strerror})") from exc
+
+
+def _write_json(path: Path, content: dict) -> None:
+    write_bytes_atomic(path, (json.dumps(content, indent=2, ensure_ascii=False) + "\n").encode())

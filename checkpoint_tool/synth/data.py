@@ -1,0 +1,141 @@
+"""Deterministic, validly encoded bytes for each ``TensorSpec``.
+
+Every tensor draws from its own ``torch.Generator`` seeded by ``sha256(seed, key)``, so the
+bytes depend only on the seed and the tensor (not on generation order or sharding). Float
+weights are N(0, 0.02) and go through the project's codecs (``checkpoint_tool.quant.codecs``):
+scales are what the codec computes (E8M0 never 255, FP8 never NaN). Quantized modules are
+cached briefly because a weight and its scales are written one after another (possibly in
+different shards).
+
+Example::
+
+    gen = DataGenerator(seed=0)
+    raw = gen.tensor_bytes(spec)   # bytes of exactly tensor_nbytes(spec.dtype, spec.shape)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from collections import OrderedDict
+
+import torch
+
+from checkpoint_tool.synth.encodings import ENCODINGS
+from checkpoint_tool.synth.layout import QuantPart, RandomPlain, TensorSpec
+
+WEIGHT_STD = 0.02
+_FLOAT_TORCH = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+_INT_TORCH = {"I64": torch.int64, "I32": torch.int32}
+_BYTE_DTYPES = {"U8", "I8", "F8_E4M3", "F8_E8M0"}
+
+
+def derive_seed(seed: int, key: str) -> int:
+    """A 63-bit seed from the user seed and a key (tensor or module name)."""
+    digest = hashlib.sha256(f"{seed}\0{key}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def generator(seed: int, key: str) -> torch.Generator:
+    g = torch.Generator()
+    g.manual_seed(derive_seed(seed, key))
+    return g
+
+
+def to_bytes(t: torch.Tensor, dtype: str) -> bytes:
+    """Little-endian bytes of ``t`` stored as safetensors ``dtype``.
+
+    Byte-typed results of the codecs (FP8, packed FP4, E8M0 in uint8 or float8_e8m0fnu) are
+    reinterpreted, never cast numerically; float tensors are cast to the float dtype.
+    """
+    t = t.contiguous().reshape(-1)
+    if dtype in _BYTE_DTYPES:
+        if t.element_size() != 1:
+            raise ValueError(f"cannot store a {t.dtype} tensor as {dtype} bytes")
+        return t.view(torch.uint8).numpy().tobytes()
+    if dtype in _FLOAT_TORCH:
+        return t.to(_FLOAT_TORCH[dtype]).view(torch.uint8).numpy().tobytes()
+    if dtype in _INT_TORCH:
+        return t.to(_INT_TORCH[dtype]).view(torch.uint8).numpy().tobytes()
+    raise ValueError(f"unsupported synth dtype {dtype}")
+
+
+class DataGenerator:
+    """Makes the bytes of tensor specs for one seed."""
+
+    def __init__(self, seed: int = 0, cache_modules: int = 8) -> None:
+        self.seed = seed
+        self._cache: OrderedDict[tuple, list[dict[str, torch.Tensor]]] = OrderedDict()
+        self._cache_size = cache_modules
+
+    def tensor_bytes(self, spec: TensorSpec) -> bytes:
+        src = spec.source
+        if isinstance(src, RandomPlain):
+            return to_bytes(self._plain(spec, src), spec.dtype)
+        if src.role == "input_scale":
+            return to_bytes(self._input_scale(src.input_scale_key), spec.dtype)
+        parts = self._quantized_group(src)[src.member]
+        t = parts[src.role]
+        if tuple(t.shape) != tuple(spec.shape):
+            raise ValueError(
+                f"{spec.name}: codec produced shape {tuple(t.shape)}, layout says {spec.shape}"
+            )
+        return to_bytes(t, spec.dtype)
+
+    def _plain(self, spec: TensorSpec, src: RandomPlain) -> torch.Tensor:
+        g = generator(self.seed, spec.name)
+        shape = spec.shape
+        if src.init == "index":
+            return torch.randint(0, max(src.high, 1), shape, generator=g, dtype=torch.int64)
+        x = torch.randn(shape, generator=g, dtype=torch.float32)
+        if src.init == "norm":
+            return 1.0 + 0.05 * x
+        if src.init == "bias":
+            return 0.01 * x
+        if src.init == "small":
+            return 0.1 * x
+        return WEIGHT_STD * x
+
+    def _input_scale(self, key: str) -> torch.Tensor:
+        """A static activation scale: amax / 448 for an activation amax in [1, 9)."""
+        g = generator(self.seed, f"input_scale:{key}")
+        amax = 1.0 + 8.0 * torch.rand((), generator=g, dtype=torch.float32)
+        return amax / 448.0
+
+    def _quantized_group(self, src: QuantPart) -> list[dict[str, torch.Tensor]]:
+        key = (src.group, src.encoding)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return hit
+        floats = [
+            WEIGHT_STD * torch.randn((rows, src.inp), generator=generator(self.seed, module))
+            for module, rows in zip(src.group, src.rows, strict=True)
+        ]
+        result = _quantize_split(src.encoding, floats)
+        self._cache[key] = result
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return result
+
+
+def _quantize_split(encoding: str, floats: list[torch.Tensor]) -> list[dict[str, torch.Tensor]]:
+    """Quantize the row-stacked members together, then split every part back by rows."""
+    enc = ENCODINGS[encoding]
+    if not enc.quantized:
+        return [{"weight": w} for w in floats]
+    from checkpoint_tool.quant.codecs import codec_for_format
+
+    codec = codec_for_format(
+        enc.format, block=enc.block, group_size=enc.group_size, scale_dtype=enc.scale_dtype
+    )
+    stacked = torch.cat(floats, dim=0) if len(floats) > 1 else floats[0]
+    parts = codec.quantize(stacked)
+    if len(floats) == 1:
+        return [dict(parts)]
+    out: list[dict[str, torch.Tensor]] = [{} for _ in floats]
+    bounds = [0, *itertools.accumulate(w.shape[0] for w in floats)]
+    for role, t in parts.items():
+        for i in range(len(floats)):
+            out[i][role] = t if t.dim() == 0 else t[bounds[i] : bounds[i + 1]]
+    return out

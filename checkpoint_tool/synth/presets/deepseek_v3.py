@@ -1,0 +1,237 @@
+"""Presets on the DeepSeek-V3/R1 architecture: DeepSeek native FP8, Quark, ModelOpt.
+
+Each builder decides, per linear, the producer's encoding, and writes the producer's config:
+
+- ``deepseek-v3-fp8``: native block FP8 (``weight_scale_inv`` F32), BF16 router/norms/embeddings,
+  F32 ``e_score_correction_bias``, MTP layer; shards named ``model-0000K-of-000NNN`` (six digits
+  after ``of``, as deepseek-ai publishes them).
+- ``deepseek-v3-fp8-per-tensor``: same model, per-tensor FP8 (``quant_method: fp8`` without
+  ``weight_block_size``): a layout FSE must refuse.
+- ``quark-mxfp4`` / ``quark-mxfp4-ptpc-attn`` / ``quark-fp8-per-tensor`` / ``quark-nvfp4``: Quark's
+  in-memory exports (no MTP layer, BF16 router bias, routers not listed in ``exclude``).
+- ``quark-hybrid``: Quark's file-to-file export of a DeepSeek FP8 source (FORMATS.md 3 and 5).
+- ``modelopt-nvfp4``: ModelOpt NVFP4 (``hf_quant_config.json``, ``input_scale``).
+"""
+
+from __future__ import annotations
+
+from checkpoint_tool.synth.dims import DEEPSEEK_V3_FULL, DEEPSEEK_V3_TINY, Dims
+from checkpoint_tool.synth.expand import expand
+from checkpoint_tool.synth.families.deepseek_v3 import deepseek_v3_config, deepseek_v3_items
+from checkpoint_tool.synth.layout import Linear, SynthLayout
+from checkpoint_tool.synth.presets.base import PresetOptions, PresetSpec
+from checkpoint_tool.synth.quark import quark_config
+
+#: deepseek-ai/DeepSeek-V3 and R1 config.json ``quantization_config``
+DEEPSEEK_FP8_BLOCK_CONFIG = {
+    "activation_scheme": "dynamic",
+    "fmt": "e4m3",
+    "quant_method": "fp8",
+    "weight_block_size": [128, 128],
+}
+#: the ModelOpt producer record of the NVFP4 producer fixture
+MODELOPT_PRODUCER = {"name": "modelopt", "version": "0.35.1.dev0+gc359cb774.d20260115"}
+
+_BF16_ROLES = ("router", "router_aux", "lm_head", "mtp_proj", "mtp_head")
+
+
+def _items(d: Dims, opts: PresetOptions, *, mtp: bool, router_bias_dtype: str) -> list:
+    return list(
+        deepseek_v3_items(
+            d, router_bias_dtype=router_bias_dtype, fused_routed=opts.fused_experts, mtp=mtp
+        )
+    )
+
+
+def _linears(items: list) -> list[Linear]:
+    return [it for it in items if isinstance(it, Linear)]
+
+
+def build_deepseek_fp8(d: Dims, opts: PresetOptions, *, per_tensor: bool = False) -> SynthLayout:
+    enc = "deepseek_fp8_tensor" if per_tensor else "deepseek_fp8_block"
+    items = _items(d, opts, mtp=True, router_bias_dtype="F32")
+    qcfg = dict(DEEPSEEK_FP8_BLOCK_CONFIG)
+    if per_tensor:
+        del qcfg["weight_block_size"]
+    tensors = expand(items, lambda lin: "bf16" if lin.role in _BF16_ROLES else enc)
+    return SynthLayout(
+        config=deepseek_v3_config(d, qcfg),
+        tensors=tensors,
+        shard_digits_total=6,
+        default_shards=d.shards,
+    )
+
+
+def _quark_in_memory(
+    d: Dims,
+    opts: PresetOptions,
+    *,
+    encoding: str,
+    global_spec: str,
+    attn: str | None,
+) -> SynthLayout:
+    """Quark export of an in-memory model; ``attn``: None (same as global), "bf16" (excluded by
+    exact name) or "fp8_per_channel" (``*self_attn*`` layer_quant_config)."""
+    items = _items(d, opts, mtp=False, router_bias_dtype="BF16")
+    attn_enc = {None: encoding, "bf16": "bf16", "fp8_per_channel": "quark_fp8_channel"}[attn]
+
+    def assign(lin: Linear) -> str:
+        if lin.role in _BF16_ROLES:
+            return "bf16"
+        return attn_enc if lin.role == "attn" else encoding
+
+    exclude = ["lm_head"]
+    if attn == "bf16":
+        exclude += [lin.module for lin in _linears(items) if lin.role == "attn"]
+    layer_specs = {"*self_attn*": "fp8_per_channel"} if attn == "fp8_per_channel" else None
+    qcfg = quark_config(global_spec=global_spec, exclude=exclude, layer_specs=layer_specs)
+    return SynthLayout(
+        config=deepseek_v3_config(d.model_copy(update={"mtp_layers": 0}), qcfg),
+        tensors=expand(items, assign),
+        default_shards=d.shards,
+    )
+
+
+def build_quark_hybrid(d: Dims, opts: PresetOptions) -> SynthLayout:
+    """File-to-file hybrid of a DeepSeek FP8 source (FORMATS.md 3, 5).
+
+    Kept FP8 attention: exact-name ``layer_quant_config`` entries (per_block [128,128]) with
+    ``weight`` F8_E4M3 + ``weight_scale`` F32. MLPs and experts: MXFP4 from the global config.
+    Routers, lm_head and the MTP BF16 projections: exact names in ``exclude``. Shared experts
+    mixed per layer: the first MoE layer's are excluded (BF16, three names in ``exclude``), the
+    second MoE layer's keep block FP8 (exact-name entries), the others match the routed experts.
+    """
+    items = _items(d, opts, mtp=True, router_bias_dtype="F32")
+    moe_layers = sorted(
+        {lin.layer for lin in _linears(items) if lin.role == "shared" and lin.layer is not None}
+    )
+    main_moe = [layer for layer in moe_layers if layer < d.num_layers]
+    excluded_shared = main_moe[0] if main_moe else None
+    fp8_shared = main_moe[1] if len(main_moe) > 1 else None
+
+    def assign(lin: Linear) -> str:
+        if lin.role in _BF16_ROLES:
+            return "bf16"
+        if lin.role == "attn":
+            return "quark_fp8_block"
+        if lin.role == "shared" and lin.layer == excluded_shared:
+            return "bf16"
+        if lin.role == "shared" and lin.layer == fp8_shared:
+            return "quark_fp8_block"
+        return "quark_mxfp4"
+
+    exclude: list[str] = []
+    layer_specs: dict[str, str] = {}
+    for lin in _linears(items):
+        enc = assign(lin)
+        if enc == "bf16":
+            exclude.append(lin.module)
+        elif enc == "quark_fp8_block":
+            layer_specs[lin.module] = "fp8_per_block"
+    qcfg = quark_config(global_spec="mxfp4", exclude=exclude, layer_specs=layer_specs)
+    return SynthLayout(
+        config=deepseek_v3_config(d, qcfg),
+        tensors=expand(items, assign),
+        index_total_size="files",
+        shard_digits_total=6,
+        default_shards=d.shards,
+    )
+
+
+def build_modelopt_nvfp4(d: Dims, opts: PresetOptions) -> SynthLayout:
+    """ModelOpt NVFP4: config in ``hf_quant_config.json``; activation scale ``input_scale``.
+
+    ``kv_cache_quant_algo`` is null: ModelOpt's FP8 KV-cache scale tensors for MLA attention
+    are not modelled.
+    """
+    items = _items(d, opts, mtp=False, router_bias_dtype="F32")
+    hf_quant = {
+        "producer": dict(MODELOPT_PRODUCER),
+        "quantization": {
+            "quant_algo": "NVFP4",
+            "kv_cache_quant_algo": None,
+            "group_size": 16,
+            "exclude_modules": ["lm_head"],
+        },
+    }
+    return SynthLayout(
+        config=deepseek_v3_config(d.model_copy(update={"mtp_layers": 0}), None),
+        tensors=expand(items, lambda lin: "bf16" if lin.role in _BF16_ROLES else "modelopt_nvfp4"),
+        extra_files={"hf_quant_config.json": hf_quant},
+        default_shards=d.shards,
+    )
+
+
+def _spec(name: str, summary: str, producer: str, build, fused: bool = False) -> PresetSpec:
+    return PresetSpec(
+        name=name,
+        summary=summary,
+        family="deepseek_v3",
+        producer=producer,
+        tiny=DEEPSEEK_V3_TINY,
+        full=DEEPSEEK_V3_FULL,
+        build=build,
+        supports_fused_experts=fused,
+    )
+
+
+DEEPSEEK_V3_PRESETS = [
+    _spec(
+        "deepseek-v3-fp8",
+        "DeepSeek-V3/R1 native block FP8 (weight_scale_inv), dense first layers, MTP layer",
+        "deepseek",
+        build_deepseek_fp8,
+    ),
+    _spec(
+        "deepseek-v3-fp8-per-tensor",
+        "DeepSeek-V3 with per-tensor FP8 (quant_method fp8, no weight_block_size)",
+        "deepseek",
+        lambda d, o: build_deepseek_fp8(d, o, per_tensor=True),
+    ),
+    _spec(
+        "quark-mxfp4",
+        "Quark MXFP4, per-expert routed + shared experts, BF16 attention excluded by name",
+        "quark",
+        lambda d, o: _quark_in_memory(
+            d, o, encoding="quark_mxfp4", global_spec="mxfp4", attn="bf16"
+        ),
+        fused=True,
+    ),
+    _spec(
+        "quark-mxfp4-ptpc-attn",
+        "Quark MXFP4 with FP8 per-channel attention ('*self_attn*'), as Quark 0.13 exports",
+        "quark",
+        lambda d, o: _quark_in_memory(
+            d, o, encoding="quark_mxfp4", global_spec="mxfp4", attn="fp8_per_channel"
+        ),
+        fused=True,
+    ),
+    _spec(
+        "quark-fp8-per-tensor",
+        "Quark FP8 per-tensor (BF16 weight_scale and static input_scale), as Quark 0.13 exports",
+        "quark",
+        lambda d, o: _quark_in_memory(
+            d, o, encoding="quark_fp8_tensor", global_spec="fp8_per_tensor", attn=None
+        ),
+        fused=True,
+    ),
+    _spec(
+        "quark-nvfp4",
+        "Quark NVFP4 everywhere but lm_head (weight_scale_2, input_scale_2)",
+        "quark",
+        lambda d, o: _quark_in_memory(d, o, encoding="quark_nvfp4", global_spec="nvfp4", attn=None),
+        fused=True,
+    ),
+    _spec(
+        "quark-hybrid",
+        "Quark file2file hybrid: block-FP8 attention, MXFP4 experts, per-layer mixed shared",
+        "quark",
+        build_quark_hybrid,
+    ),
+    _spec(
+        "modelopt-nvfp4",
+        "ModelOpt NVFP4 (hf_quant_config.json, input_scale), BF16 routers and lm_head",
+        "modelopt",
+        build_modelopt_nvfp4,
+    ),
+]
