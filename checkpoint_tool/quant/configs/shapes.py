@@ -43,7 +43,7 @@ def logical_shape(scheme: Scheme, dtype: str, shape: tuple[int, ...]) -> tuple[i
 
 def _codec_scale_shapes(scheme: Scheme, logical: tuple[int, ...]) -> dict[str, tuple] | None:
     try:
-        from checkpoint_tool.quant.codecs import get_codec  # type: ignore[attr-defined]
+        from checkpoint_tool.quant.codecs import get_codec
     except ImportError:
         return None
     try:
@@ -79,8 +79,9 @@ def expected_siblings(
     if scheme.scale_suffix:
         shapes = _formula_scale_shape(scheme, logical)
         codec = _codec_scale_shapes(scheme, logical)
-        if codec and "scale" in codec and codec["scale"] not in shapes:
-            shapes = [codec["scale"], *shapes]
+        if codec and "scale" in codec:
+            # the codec is the authority; the formulas only add harmless spellings ([1], [out, 1])
+            shapes = [codec["scale"], *(s for s in shapes[1:] if s != codec["scale"])]
         out[scheme.scale_suffix] = Expected("scale", shapes, scheme.scale_dtypes)
     if scheme.global_scale_suffix:
         out[scheme.global_scale_suffix] = Expected("global_scale", list(_SCALAR), ("F32",))
