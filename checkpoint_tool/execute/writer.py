@@ -18,11 +18,13 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
 from checkpoint_tool.catalog.safetensors_format import build_header
 from checkpoint_tool.errors import OutputError
+from checkpoint_tool.execute.faults import fault_point
 
 
 def partial_name(final: Path) -> Path:
@@ -59,25 +61,37 @@ class SafetensorsWriter:
             self._fh.write(data)
         except OSError as exc:
             self.abort()
-            if exc.errno == errno.ENOSPC:
-                raise OutputError(
-                    f"{self.path}: disk full while writing; free space and rerun with --resume"
-                ) from exc
-            raise OutputError(f"{self.path}: write failed ({exc.strerror})") from exc
+            raise _os_error(self.path, exc, "write failed") from exc
         self._hash.update(data)
         self.size += len(data)
 
     def write(self, name: str, data: bytes | memoryview) -> None:
         """Append the bytes of the next tensor; ``name`` and length must match the header."""
+        self.write_chunks(name, [data])
+
+    def write_chunks(self, name: str, chunks: Iterable[bytes | memoryview]) -> None:
+        """Append the next tensor from a stream of chunks (each may be reused afterwards)."""
         exp_name, exp_len = self._expected[self._next]
-        if name != exp_name or len(data) != exp_len:
-            self.abort()
-            raise OutputError(
-                f"{self.path}: internal error: tensor {name!r} ({len(data)} bytes) written where "
-                f"{exp_name!r} ({exp_len} bytes) was planned"
-            )
-        self._write_raw(data)
+        if name != exp_name:
+            self._internal_error(name, "?", exp_name, exp_len)
+        got = 0
+        for data in chunks:
+            got += len(data)
+            if got > exp_len:
+                self._internal_error(name, f">{exp_len}", exp_name, exp_len)
+            self._write_raw(data)
+            fault_point("chunk")
+        if got != exp_len:
+            self._internal_error(name, str(got), exp_name, exp_len)
         self._next += 1
+        fault_point("tensor")
+
+    def _internal_error(self, name: str, got: str, exp_name: str, exp_len: int) -> None:
+        self.abort()
+        raise OutputError(
+            f"{self.path}: internal error: tensor {name!r} ({got} bytes) written where "
+            f"{exp_name!r} ({exp_len} bytes) was planned"
+        )
 
     def commit(self) -> None:
         """fsync and rename to the final name; the hash and size are then final."""
@@ -93,8 +107,9 @@ class SafetensorsWriter:
             fsync_dir(self.path.parent)
         except OSError as exc:
             self.abort()
-            raise OutputError(f"{self.path}: cannot finalize ({exc.strerror})") from exc
+            raise _os_error(self.path, exc, "cannot finalize") from exc
         self.sha256 = self._hash.hexdigest()
+        fault_point("commit")
 
     def abort(self) -> None:
         """Close and remove the temporary file (idempotent)."""
@@ -140,5 +155,17 @@ def write_bytes_atomic(path: Path, data: bytes) -> str:
     except OSError as exc:
         if tmp.exists():
             tmp.unlink()
-        raise OutputError(f"{path}: cannot write ({exc.strerror})") from exc
+        raise _os_error(path, exc, "cannot write") from exc
     return hashlib.sha256(data).hexdigest()
+
+
+def _os_error(path: Path, exc: OSError, what: str) -> OutputError:
+    """One line for a failed write: disk full and file-size limits say what to do."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return OutputError(f"{path}: disk full while writing; free space and rerun with --resume")
+    if exc.errno == errno.EFBIG:
+        return OutputError(
+            f"{path}: file too large for this file system or ulimit -f; lower --max-shard-size "
+            "or raise the limit, then rerun with --resume"
+        )
+    return OutputError(f"{path}: {what} ({exc.strerror}); check the destination, then --resume")

@@ -1,0 +1,129 @@
+"""``ckpt-manifest.json`` (written last: its presence means the output is complete) and the
+per-file journal ``.ckpt-journal.json`` that makes ``--resume`` possible.
+
+Both are deterministic: no timestamps, no worker counts, no host names; JSON with sorted keys.
+The same source, plan and options give the same manifest bytes. Source shards are identified by
+size and the sha256 of their header (cheap even for 700 GB); ``--hash-source`` adds the sha256
+of every byte.
+
+Example (abridged)::
+
+    {"ckpt_version": "0.1.0", "format": "ckpt-manifest/1", "plan_sha256": "3b1f...",
+     "source": "/models/R1", "source_revision": null, "source_hashing": "header",
+     "source_files": [{"name": "model-00001-of-00163.safetensors", "size": 5234567890,
+                       "header_sha256": "9ac0...", "sha256": null}],
+     "files": [{"name": "model-00001-of-00004.safetensors", "size": 4999999488,
+                "sha256": "e3b0...", "tensors": 812}],
+     "other_files": [{"name": "config.json", ...}, {"name": "model.safetensors.index.json", ...}],
+     "recipe": "deepseek-v3", "options": {"tp": 2, ...}, "total_size": 4999870000, ...}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, ValidationError
+
+from checkpoint_tool.errors import OutputError
+from checkpoint_tool.execute.writer import write_bytes_atomic
+from checkpoint_tool.plan.model import DroppedTensor, Plan, PlanOptions
+
+MANIFEST_NAME = "ckpt-manifest.json"
+JOURNAL_NAME = ".ckpt-journal.json"
+MANIFEST_FORMAT = "ckpt-manifest/1"
+
+
+class FileRecord(BaseModel):
+    """A file of the output: name relative to DST, size in bytes, sha256 hex."""
+
+    name: str
+    size: int
+    sha256: str
+
+
+class WeightFileRecord(FileRecord):
+    tensors: int
+
+
+class SourceFileRecord(BaseModel):
+    """A source shard: size and header hash always; full sha256 only with ``--hash-source``."""
+
+    name: str
+    size: int
+    header_sha256: str
+    sha256: str | None = None
+
+
+class Manifest(BaseModel):
+    format: str = MANIFEST_FORMAT
+    ckpt_version: str
+    plan_sha256: str
+    source: str
+    source_revision: str | None = None
+    source_hashing: str = "header"  # "header" | "full"
+    source_files: list[SourceFileRecord]
+    recipe: str
+    options: PlanOptions
+    files: list[WeightFileRecord]
+    other_files: list[FileRecord] = Field(default_factory=list)
+    tensor_count: int
+    total_size: int
+    dropped: list[DroppedTensor] = Field(default_factory=list)
+
+    def owned_names(self) -> set[str]:
+        return {f.name for f in self.files} | {f.name for f in self.other_files} | {MANIFEST_NAME}
+
+
+class Journal(BaseModel):
+    """Progress of an unfinished run: the plan it belongs to and each committed file."""
+
+    plan_sha256: str
+    planned: list[str]
+    done: dict[str, FileRecord] = Field(default_factory=dict)
+
+
+def plan_sha256(plan: Plan) -> str:
+    """A stable fingerprint of everything the plan asks for."""
+    doc = plan.model_dump(mode="json")
+    return hashlib.sha256(_dumps(doc).encode()).hexdigest()
+
+
+def _dumps(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def manifest_bytes(manifest: Manifest) -> bytes:
+    return (json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n").encode()
+
+
+def write_manifest(dst: Path, manifest: Manifest) -> str:
+    return write_bytes_atomic(dst / MANIFEST_NAME, manifest_bytes(manifest))
+
+
+def read_manifest(dst: Path) -> Manifest | None:
+    """The manifest of a finished output, or None if there is none."""
+    return _read_model(Path(dst) / MANIFEST_NAME, Manifest)
+
+
+def read_journal(dst: Path) -> Journal | None:
+    return _read_model(Path(dst) / JOURNAL_NAME, Journal)
+
+
+def write_journal(dst: Path, journal: Journal) -> None:
+    data = json.dumps(journal.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
+    write_bytes_atomic(dst / JOURNAL_NAME, data.encode())
+
+
+def _read_model(path: Path, model: type[BaseModel]) -> Any:
+    if not path.exists():
+        return None
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError) as exc:
+        first = str(exc).splitlines()[0]
+        raise OutputError(
+            f"{path}: unreadable ckpt bookkeeping file ({first}); remove DST or use --overwrite"
+        ) from exc

@@ -1,0 +1,421 @@
+"""Run a Plan: write every output file atomically, in parallel, resumably; manifest last.
+
+Order of a run:
+
+1. build every output tensor's node tree (``execute.ops``) — a bad plan fails before DST is
+   touched; open the source shards and check they still match the catalog the plan was made from;
+2. prepare DST (``execute.destination``: fresh, ``--resume`` or ``--overwrite``) and its journal;
+3. on resume, verify each journaled file by recomputing its sha256 (kept if equal, rewritten
+   otherwise); write the remaining weight files with K worker threads, each file under a
+   temporary name, fsynced and renamed, then recorded in the journal;
+4. copy side files, write ``config.json`` and ``model.safetensors.index.json`` (atomically);
+5. re-check that no source shard changed, write ``ckpt-manifest.json``, delete the journal.
+
+Threads, not processes: every heavy step (``preadv``, ``write``, sha256, numpy copies) releases
+the GIL, and threads share the shard descriptors. Each file's bytes depend only on the plan, so
+the output is identical for any worker count.
+
+Example::
+
+    report = execute_plan(plan, catalog, Path("/out/model"), workers=2)
+    report.files_written, report.total_size   # (4, 15032385536)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from pathlib import Path, PurePosixPath
+
+from pydantic import BaseModel
+
+from checkpoint_tool import __version__
+from checkpoint_tool.catalog.catalog import INDEX_NAME, Catalog
+from checkpoint_tool.errors import InputError, UsageError
+from checkpoint_tool.execute.destination import prepare_destination
+from checkpoint_tool.execute.faults import fault_point
+from checkpoint_tool.execute.manifest import (
+    JOURNAL_NAME,
+    MANIFEST_NAME,
+    FileRecord,
+    Journal,
+    Manifest,
+    SourceFileRecord,
+    WeightFileRecord,
+    plan_sha256,
+    write_journal,
+    write_manifest,
+)
+from checkpoint_tool.execute.ops import Node, build_node
+from checkpoint_tool.execute.progress import Progress, make_progress
+from checkpoint_tool.execute.source import RangeReader, SourceFiles
+from checkpoint_tool.execute.stream import Cancelled, TensorStream
+from checkpoint_tool.execute.writer import (
+    SafetensorsWriter,
+    _os_error,
+    fsync_dir,
+    partial_name,
+    write_bytes_atomic,
+)
+from checkpoint_tool.plan.model import OutputFile, Plan
+
+DEFAULT_MEMORY_BUDGET = 1 << 30
+MAX_CHUNK = 64 << 20
+MIN_CHUNK = 1 << 20
+CONFIG_NAME = "config.json"
+WEIGHT_METADATA = {"format": "pt"}
+
+
+class ConvertReport(BaseModel):
+    """What a run did (``ckpt convert --format json`` prints it)."""
+
+    dst: str
+    resumed: bool
+    files_written: int
+    files_kept: int
+    bytes_written: int
+    tensor_count: int
+    total_size: int
+    other_files: list[str]
+    dropped: int
+    manifest_sha256: str
+    workers: int
+    chunk_bytes: int
+    seconds: float
+
+
+def chunk_size(memory_budget: int, workers: int) -> int:
+    """Bytes per buffer: each worker holds two (read + gather), plus slack for hashing/Python.
+
+    ``chunk_size(1 << 30, 1)`` -> 64 MiB (capped); ``chunk_size(64 << 20, 4)`` -> 4 MiB.
+    """
+    chunk = memory_budget // (4 * workers)
+    if chunk < MIN_CHUNK:
+        raise UsageError(
+            f"--memory-budget {memory_budget} bytes is too small for {workers} worker(s); give at "
+            f"least {4 * workers * MIN_CHUNK >> 20} MiB or fewer --workers"
+        )
+    return min(MAX_CHUNK, chunk // MIN_CHUNK * MIN_CHUNK)
+
+
+def execute_plan(
+    plan: Plan,
+    catalog: Catalog,
+    dst: Path,
+    *,
+    workers: int = 1,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool | Progress = True,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    hash_source: bool = False,
+) -> ConvertReport:
+    """Write ``plan`` into ``dst``: weight files, side files, config, index, manifest last."""
+    t0 = time.monotonic()
+    dst = Path(dst)
+    if workers < 1:
+        raise UsageError(f"--workers {workers}: give 1 or more")
+    chunk = chunk_size(memory_budget, workers)
+    nodes = _build_nodes(plan, catalog)
+    others = _other_files(plan, catalog)
+    weight_names = [f.name for f in plan.files]
+    used = sorted(
+        {catalog.tensors[p.source].file for f in plan.files for t in f.tensors for p in t.pieces}
+    )
+    prog = make_progress(progress) if isinstance(progress, bool) else progress
+    with SourceFiles.open(catalog, catalog.files) as sources:
+        sha = plan_sha256(plan)
+        state = prepare_destination(
+            dst, [*weight_names, *others], sha, resume=resume, overwrite=overwrite
+        )
+        run = _Run(plan, nodes, sources, dst, state.journal, chunk, prog)
+        totals = [sum(_tensor_bytes(t) for t in f.tensors) for f in plan.files]
+        prog.start(sum(totals), len(plan.files))
+        try:
+            todo = run.verify_done(workers)
+            run.write_files(todo, workers)
+            other_records = run.write_others(others, catalog)
+            sources.check_unchanged(used)
+            source_records = _source_records(sources, hash_source, prog)
+        finally:
+            prog.close()
+        weight_records = [run.journal.done[f.name] for f in plan.files]
+        manifest = Manifest(
+            ckpt_version=__version__,
+            plan_sha256=sha,
+            source=plan.source,
+            source_revision=plan.source_revision,
+            source_hashing="full" if hash_source else "header",
+            source_files=source_records,
+            recipe=plan.recipe,
+            options=plan.options,
+            files=[
+                WeightFileRecord(**r.model_dump(), tensors=len(f.tensors))
+                for r, f in zip(weight_records, plan.files, strict=True)
+            ],
+            other_files=other_records,
+            tensor_count=plan.tensor_count(),
+            total_size=sum(totals),
+            dropped=plan.dropped,
+        )
+        manifest_sha = write_manifest(dst, manifest)
+        fault_point("manifest")
+        (dst / JOURNAL_NAME).unlink(missing_ok=True)
+        fsync_dir(dst)
+    return ConvertReport(
+        dst=str(dst),
+        resumed=state.resumed,
+        files_written=len(todo),
+        files_kept=len(plan.files) - len(todo),
+        bytes_written=sum(totals[i] for i in todo),
+        tensor_count=plan.tensor_count(),
+        total_size=sum(totals),
+        other_files=sorted(others),
+        dropped=len(plan.dropped),
+        manifest_sha256=manifest_sha,
+        workers=workers,
+        chunk_bytes=chunk,
+        seconds=round(time.monotonic() - t0, 3),
+    )
+
+
+def _tensor_bytes(t) -> int:  # type: ignore[no-untyped-def]
+    from checkpoint_tool.catalog.safetensors_format import tensor_nbytes
+
+    return tensor_nbytes(t.dtype, t.shape)
+
+
+def _build_nodes(plan: Plan, catalog: Catalog) -> list[list[Node]]:
+    """Node trees of every tensor (checks the whole plan before anything is written)."""
+    seen_files: set[str] = set()
+    seen_tensors: dict[str, str] = {}
+    nodes = []
+    for f in plan.files:
+        _check_name(f.name, "output file")
+        if not f.name.endswith(".safetensors"):
+            raise InputError(f"{f.name}: output weight files must end in .safetensors; re-plan")
+        if f.name in seen_files:
+            raise InputError(f"{f.name}: planned twice; the plan is inconsistent, re-plan")
+        seen_files.add(f.name)
+        for t in f.tensors:
+            if t.name in seen_tensors:
+                raise InputError(
+                    f"{t.name}: planned in {seen_tensors[t.name]} and {f.name}; re-plan"
+                )
+            seen_tensors[t.name] = f.name
+        nodes.append([build_node(t, catalog.tensors) for t in f.tensors])
+    return nodes
+
+
+def _check_name(name: str, what: str) -> None:
+    p = PurePosixPath(name)
+    if not name or p.is_absolute() or ".." in p.parts or name.startswith("."):
+        raise InputError(f"{name!r}: {what} name must be a relative path inside DST; re-plan")
+
+
+def _other_files(plan: Plan, catalog: Catalog) -> list[str]:
+    """Names of the non-weight files this run writes (side files, config, index)."""
+    reserved = {MANIFEST_NAME, JOURNAL_NAME, INDEX_NAME} | {f.name for f in plan.files}
+    names = []
+    for rel in plan.side_files:
+        _check_name(rel, "side file")
+        if rel in reserved or rel.endswith(".safetensors"):
+            raise InputError(f"{rel}: side file would overwrite an output of ckpt; re-plan")
+        if rel == CONFIG_NAME and plan.config is not None:
+            continue
+        if not (catalog.root / rel).is_file():
+            raise InputError(
+                f"{catalog.root / rel}: side file planned for copying is missing; restore it or "
+                "re-plan"
+            )
+        names.append(rel)
+    if plan.config is not None:
+        names.append(CONFIG_NAME)
+    if plan.options.layout == "hf":
+        names.append(INDEX_NAME)
+    return sorted(names)
+
+
+class _Run:
+    """State shared by the workers of one run (journal under a lock, stop flag)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        nodes: list[list[Node]],
+        sources: SourceFiles,
+        dst: Path,
+        journal: Journal,
+        chunk: int,
+        progress: Progress,
+    ) -> None:
+        self.plan, self.nodes, self.sources, self.dst = plan, nodes, sources, dst
+        self.journal, self.chunk, self.progress = journal, chunk, progress
+        self.stop = threading.Event()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def _stream(self) -> TensorStream:
+        stream = getattr(self._local, "stream", None)
+        if stream is None:
+            stream = TensorStream(RangeReader(self.sources, self.chunk), self.chunk, self.stop)
+            self._local.stream = stream
+        return stream
+
+    # -- resume -----------------------------------------------------------------------------
+    def verify_done(self, workers: int) -> list[int]:
+        """Indexes of the files still to write (journaled files are re-hashed and kept if equal)."""
+        candidates = [i for i, f in enumerate(self.plan.files) if f.name in self.journal.done]
+
+        def check(i: int) -> bool:
+            rec = self.journal.done[self.plan.files[i].name]
+            path = self.dst / rec.name
+            ok = (
+                path.is_file()
+                and path.stat().st_size == rec.size
+                and _file_sha256(path, self.chunk, self.stop) == rec.sha256
+            )
+            if ok:
+                self.progress.file_done(rec.name, rec.size, skipped=True)
+            return ok
+
+        results = self._map(check, candidates, workers)
+        kept = {i for i, ok in zip(candidates, results, strict=True) if ok}
+        with self._lock:
+            for i in candidates:
+                if i not in kept:
+                    del self.journal.done[self.plan.files[i].name]
+        return [i for i in range(len(self.plan.files)) if i not in kept]
+
+    # -- weights ----------------------------------------------------------------------------
+    def write_files(self, todo: list[int], workers: int) -> None:
+        self._map(self._write_file, todo, workers)
+
+    def _write_file(self, i: int) -> None:
+        ofile: OutputFile = self.plan.files[i]
+        stream = self._stream()
+        header = [(t.name, t.dtype, tuple(t.shape)) for t in ofile.tensors]
+        with SafetensorsWriter(self.dst / ofile.name, header, metadata=WEIGHT_METADATA) as w:
+            for t, node in zip(ofile.tensors, self.nodes[i], strict=True):
+                w.write_chunks(t.name, self._counted(stream.chunks(node)))
+            files = {
+                self.sources.catalog.tensors[p.source].file for t in ofile.tensors for p in t.pieces
+            }
+            self.sources.check_unchanged(sorted(files))
+        with self._lock:
+            self.journal.done[ofile.name] = FileRecord(
+                name=ofile.name, size=w.size, sha256=w.sha256
+            )
+            write_journal(self.dst, self.journal)
+        fault_point("journal")
+        self.progress.file_done(ofile.name, w.size)
+
+    def _counted(self, chunks: Iterator[memoryview]) -> Iterator[memoryview]:
+        for view in chunks:
+            yield view
+            self.progress.advance(len(view))
+
+    def _map(self, fn, items: list[int], workers: int) -> list:  # type: ignore[no-untyped-def]
+        """Run ``fn`` over ``items``; on the first failure stop the others and raise it."""
+        if workers == 1 or len(items) <= 1:
+            return [fn(i) for i in items]
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ckpt-writer") as pool:
+            futures = [pool.submit(fn, i) for i in items]
+            try:
+                wait(futures, return_when=FIRST_EXCEPTION)
+            except BaseException:
+                self.stop.set()
+                raise
+            if any(f.done() and f.exception() is not None for f in futures):
+                self.stop.set()
+            wait(futures)
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        real = [e for e in errors if not isinstance(e, Cancelled)]
+        if real or errors:
+            raise (real or errors)[0]
+        return [f.result() for f in futures]
+
+    # -- the rest ---------------------------------------------------------------------------
+    def write_others(self, names: list[str], catalog: Catalog) -> list[FileRecord]:
+        """Side files (copied), config.json and the index; returns their records, sorted."""
+        records = []
+        for name in names:
+            if name == INDEX_NAME:
+                data = _index_bytes(self.plan)
+                records.append(_record(name, data, write_bytes_atomic(self.dst / name, data)))
+            elif name == CONFIG_NAME and self.plan.config is not None:
+                data = (json.dumps(self.plan.config, indent=2, sort_keys=True) + "\n").encode()
+                records.append(_record(name, data, write_bytes_atomic(self.dst / name, data)))
+            else:
+                records.append(_copy_file(catalog.root / name, self.dst, name, self.chunk))
+            fault_point("other")
+        return records
+
+
+def _record(name: str, data: bytes, sha: str) -> FileRecord:
+    return FileRecord(name=name, size=len(data), sha256=sha)
+
+
+def _index_bytes(plan: Plan) -> bytes:
+    """``model.safetensors.index.json``: total_size = sum of tensor bytes, weight_map sorted."""
+    weight_map = {t.name: f.name for f in plan.files for t in f.tensors}
+    total = sum(_tensor_bytes(t) for f in plan.files for t in f.tensors)
+    doc = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+def _copy_file(src: Path, root: Path, name: str, chunk: int) -> FileRecord:
+    """Copy a side file to ``root / name`` atomically in bounded chunks, hashing it."""
+    dst = root / name
+    tmp = partial_name(dst)
+    h, size = hashlib.sha256(), 0
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        with open(src, "rb") as fin:
+            try:
+                with open(tmp, "wb") as fout:
+                    while block := fin.read(min(chunk, 8 << 20)):
+                        fout.write(block)
+                        h.update(block)
+                        size += len(block)
+                    fout.flush()
+                    os.fsync(fout.fileno())
+            except OSError as exc:
+                tmp.unlink(missing_ok=True)
+                raise _os_error(dst, exc, "cannot write") from exc
+        os.replace(tmp, dst)
+        fsync_dir(dst.parent)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{src}: cannot copy side file ({exc.strerror})") from exc
+    return FileRecord(name=name, size=size, sha256=h.hexdigest())
+
+
+def _file_sha256(path: Path, chunk: int, stop: threading.Event) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            if stop.is_set():
+                raise Cancelled()
+            h.update(block)
+    return h.hexdigest()
+
+
+def _source_records(
+    sources: SourceFiles, hash_source: bool, progress: Progress
+) -> list[SourceFileRecord]:
+    records = []
+    for rel, st in sorted(sources.stats.items()):
+        full = None
+        if hash_source:
+            progress.note(f"hashing source {rel} ({st.size} bytes)")
+            full = sources.full_sha256(rel)
+        records.append(
+            SourceFileRecord(name=rel, size=st.size, header_sha256=st.header_sha256, sha256=full)
+        )
+    return records
