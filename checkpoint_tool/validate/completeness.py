@@ -195,7 +195,7 @@ def check_layers_present(ctx: ValidationContext) -> list[Issue]:
             _err(
                 "layers_present",
                 f"{len(missing)} of {n} decoder layers have no tensors (layers {shown}); "
-                "config.json says num_hidden_layers={n}: the export is incomplete",
+                f"config.json says num_hidden_layers={n}: the export is incomplete",
             )
         )
     n_mtp = int(getattr(facts, "num_mtp_layers", 0) or 0)

@@ -129,12 +129,24 @@ class ValidationContext:
             headers=headers,
         )
 
+    @property
+    def lost_files(self) -> list[str]:
+        """Referenced shards whose tensor names cannot be read: missing, or header unparsable."""
+        return [
+            rel for rel in self.referenced if rel not in self.scans or not self.scans[rel].parsed
+        ]
+
     @cached_property
     def all_names(self) -> set[str]:
-        """Every tensor name in the counted files, including ones with a broken header entry."""
+        """Every tensor name the checkpoint accounts for: those in the counted files (broken
+        header entries included) and, for lost shards, the names the index gives them. A
+        structure rule already reports a lost shard; completeness must not repeat it per tensor.
+        """
         out: set[str] = set()
         for rel in self.counted_files:
             out |= self.scans[rel].names
+        lost = set(self.lost_files)
+        out |= {n for n, rel in self.weight_map.items() if rel in lost}
         return out
 
     @cached_property

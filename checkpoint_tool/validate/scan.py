@@ -54,6 +54,8 @@ class FileScan:
     unreadable: set[str] = field(default_factory=set)
     metadata: dict[str, str] = field(default_factory=dict)
     problems: list[Issue] = field(default_factory=list)
+    #: False when the header could not be parsed at all (its tensor names are unknown)
+    parsed: bool = False
 
     @property
     def names(self) -> set[str]:
@@ -79,6 +81,7 @@ def scan_file(root: Path, rel: str) -> FileScan:
     doc = _parse_json(raw, scan)
     if doc is None:
         return scan
+    scan.parsed = True
     meta = doc.pop("__metadata__", None)
     if meta is not None and not isinstance(meta, dict):
         scan.problem("header_valid", "__metadata__ is not a JSON object; the header is corrupt")

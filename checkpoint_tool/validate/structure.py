@@ -151,9 +151,10 @@ def check_index_tensors(ctx: ValidationContext) -> list[Issue]:
     for rel in ctx.counted_files:
         for name in ctx.scans[rel].names:
             holders.setdefault(name, []).append(rel)
+    lost = set(ctx.lost_files)
     for name, rel in sorted(ctx.weight_map.items()):
-        if rel not in ctx.scans:
-            continue  # reported by shard_missing
+        if rel in lost:
+            continue  # reported by shard_missing / header_valid / shard_truncated
         if name in ctx.scans[rel].names:
             continue
         elsewhere = holders.get(name)
@@ -167,8 +168,9 @@ def check_index_tensors(ctx: ValidationContext) -> list[Issue]:
                 tensor=name,
             )
         )
+    bad_entries = {p.tensor for p in ctx.index_problems}  # reported by index_valid / index_paths
     for name, files in sorted(holders.items()):
-        if name not in ctx.weight_map:
+        if name not in ctx.weight_map and name not in bad_entries:
             out.append(
                 _err(
                     "index_tensors",
@@ -186,6 +188,11 @@ def check_total_size(ctx: ValidationContext) -> list[Issue]:
     _need_index(ctx)
     if not ctx.uses_index:
         raise Unavailable("the index is unreadable (see index_valid)")
+    if ctx.lost_files:
+        raise Unavailable(
+            f"{len(ctx.lost_files)} referenced shard(s) are missing or unreadable; the sum "
+            "cannot be compared (see shard_missing / header_valid)"
+        )
     meta = (ctx.index or {}).get("metadata")
     value = meta.get("total_size") if isinstance(meta, dict) else None
     if value is None:

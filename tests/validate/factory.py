@@ -162,14 +162,13 @@ def read_header_doc(path: Path) -> tuple[int, dict]:
 
 
 def rewrite_header(path: Path, edit: Callable[[dict], None]) -> None:
-    """Edit the JSON header in place, keeping its length (padded with spaces)."""
-    raw = bytearray(path.read_bytes())
+    """Edit the JSON header and rewrite the file with the same data region."""
+    raw = path.read_bytes()
     n, doc = read_header_doc(path)
     edit(doc)
     new = json.dumps(doc, separators=(",", ":")).encode()
-    assert len(new) <= n, "edited header grew; keep edits small"
-    raw[8 : 8 + n] = new + b" " * (n - len(new))
-    path.write_bytes(bytes(raw))
+    new += b" " * (-len(new) % 8)
+    path.write_bytes(struct.pack("<Q", len(new)) + new + raw[8 + n :])
 
 
 def poke_tensor(dst: Path, name: str, offset: int, data: bytes) -> None:
