@@ -1,0 +1,322 @@
+"""Rule kinds and the fixed order in which they rename one tensor.
+
+For each source tensor name, the stages run in this order (``schema.RULE_ORDER``):
+
+1. ``drop``      first matching rule removes the tensor (the reason is reported).
+2. ``fse``       the planner redirects a shared-expert tensor of an FSE-enabled layer to its
+                 routed slot ``n_routed + j`` (names from the model facts, in source naming).
+3. ``keep``      first matching rule writes the name as it is; no later stage applies.
+4. ``regex``     every matching rule, in file order: ``re.sub(match, replace, name)``.
+5. ``substring`` every matching rule: the first occurrence of ``find`` is replaced.
+6. ``prefix``    every matching rule: a leading ``from`` becomes ``to``.
+7. ``suffix``    every matching rule: a trailing ``from`` becomes ``to``.
+8. ``alias``     a scale's last component (``weight_scale`` / ``weight_scale_inv``) is set to
+                 the spelling the target loader registers for the tensor's scheme.
+9. ``accept``    names the recipe knows and leaves alone count as matched.
+
+Stages 4-7 follow vLLM's ``WeightsMapper._map_name`` exactly (regex -> substring -> prefix ->
+suffix, every matching entry applied in turn; vllm/model_executor/models/utils.py), so a recipe
+can transcribe a model's ``hf_to_vllm_mapper`` rule by rule.
+
+Example::
+
+    rules = RuleSet(load_recipe("deepseek-v4-amd"), config={"expert_dtype": "fp4"})
+    rules.rename("layers.3.ffn.experts.7.w1.scale").name
+    # 'model.layers.3.ffn.experts.7.w1.weight_scale'
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+from checkpoint_tool.recipes.schema import Recipe, When
+
+#: Fp8Config-style sources whose block-FP8 linears register ``weight_scale_inv``
+_INV_SOURCES = ("deepseek_fp8", "deepseek_v4")
+
+
+def scale_spelling(scheme: Scheme | None) -> str | None:
+    """The scale parameter name vLLM registers for ``scheme`` (None: no weight scale).
+
+    Block FP8 under Fp8Config naming (DeepSeek-V3 native ``quant_method: fp8``, DeepSeek-V4
+    block-128 linears) -> ``weight_scale_inv``; Quark (any scheme), MXFP4 / MXFP8 / NVFP4 and
+    per-tensor / per-channel FP8 -> ``weight_scale``. DeepSeek-V4.1 MXFP8 linears ([32, 32]
+    blocks) go through ModelOptLinearMethod and register ``weight_scale``
+    (vllm/models/deepseek_v41/amd/model.py, ``_linear_scale_param_name``).
+
+    >>> scale_spelling(Scheme(format="fp8_block", block=(128, 128), source="deepseek_fp8"))
+    'weight_scale_inv'
+    """
+    if scheme is None:
+        return None
+    fmt = scheme.format
+    if fmt is WeightFormat.FP8_BLOCK:
+        block = tuple(scheme.block or ())
+        if scheme.source in _INV_SOURCES and block != (32, 32):
+            return "weight_scale_inv"
+        return "weight_scale"
+    if fmt in (
+        WeightFormat.FP8_PER_TENSOR,
+        WeightFormat.FP8_PER_CHANNEL,
+        WeightFormat.MXFP4,
+        WeightFormat.NVFP4,
+        WeightFormat.MXFP8,
+    ):
+        return "weight_scale"
+    return None
+
+
+@dataclass(frozen=True)
+class Renamed:
+    """What the rules did to one source tensor.
+
+    ``name`` is the name written (None when dropped); ``engine_name`` the name the target
+    loader ends up with after its own load-time rules (differs from ``name`` only through
+    ``at_load`` rules). ``steps`` lists the rule ids that matched, in order.
+    """
+
+    source: str
+    name: str | None
+    engine_name: str | None
+    steps: tuple[str, ...] = ()
+    reason: str | None = None
+    kept: bool = False
+    redirected: bool = False
+
+    @property
+    def dropped(self) -> bool:
+        return self.name is None
+
+    @property
+    def matched(self) -> bool:
+        return bool(self.steps)
+
+    @property
+    def renamed(self) -> bool:
+        return self.name is not None and self.name != self.source
+
+
+def _config_value(config: dict[str, Any] | None, key: str) -> Any:
+    """``key`` in config.json (dotted keys walk into objects), else in its ``text_config``."""
+    for doc in (config, (config or {}).get("text_config")):
+        value: Any = doc
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None:
+            return value
+    return None
+
+
+def when_matches(when: When | None, config: dict[str, Any] | None) -> bool:
+    """True when every key of ``when`` has the wanted value in config.json (a list: equal to
+    the list or any of its items; dotted keys walk into objects).
+
+    A missing key never matches, except that ``expert_dtype`` defaults to ``"fp4"`` as in
+    vLLM's DeepSeek-V4 loader (``getattr(config, "expert_dtype", "fp4")``).
+    """
+    if not when:
+        return True
+    for key, wanted in when.items():
+        value = _config_value(config, key)
+        if value is None and key == "expert_dtype":
+            value = "fp4"
+        if value != wanted and not (isinstance(wanted, list) and value in wanted):
+            return False
+    return True
+
+
+@dataclass
+class _Rename:
+    rule_id: str
+    kind: str
+    at_load: bool
+    apply: Any  # Callable[[str], str | None]: new name, or None when the rule does not match
+
+
+@dataclass
+class RuleSet:
+    """A recipe compiled for one checkpoint (``when`` conditions resolved against its config)."""
+
+    recipe: Recipe
+    config: dict[str, Any] | None = None
+    _drop: list[tuple[str, re.Pattern[str], str]] = field(default_factory=list, init=False)
+    _keep: list[tuple[str, re.Pattern[str], str]] = field(default_factory=list, init=False)
+    _accept: list[tuple[str, re.Pattern[str]]] = field(default_factory=list, init=False)
+    _renames: list[_Rename] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        r = self.recipe.rules
+        self._drop = [
+            (rule.name or f"drop[{i}]", re.compile(rule.match), rule.reason)
+            for i, rule in enumerate(r.drop)
+        ]
+        self._keep = [
+            (rule.name or f"keep[{i}]", re.compile(rule.match), rule.reason)
+            for i, rule in enumerate(r.keep)
+        ]
+        self._accept = [
+            (rule.name or f"accept[{i}]", re.compile(rule.match)) for i, rule in enumerate(r.accept)
+        ]
+        for i, rx in enumerate(r.regex):
+            if when_matches(rx.when, self.config):
+                self._renames.append(
+                    _Rename(
+                        rx.name or f"regex[{i}]", "regex", rx.at_load, _regex(rx.match, rx.replace)
+                    )
+                )
+        for i, sub in enumerate(r.substring):
+            if when_matches(sub.when, self.config):
+                self._renames.append(
+                    _Rename(
+                        sub.name or f"substring[{i}]",
+                        "substring",
+                        sub.at_load,
+                        _substring(sub.find, sub.replace),
+                    )
+                )
+        for i, pre in enumerate(r.prefix):
+            if when_matches(pre.when, self.config):
+                self._renames.append(
+                    _Rename(
+                        pre.name or f"prefix[{i}]",
+                        "prefix",
+                        pre.at_load,
+                        _prefix(pre.from_, pre.to),
+                    )
+                )
+        for i, suf in enumerate(r.suffix):
+            if when_matches(suf.when, self.config):
+                self._renames.append(
+                    _Rename(
+                        suf.name or f"suffix[{i}]",
+                        "suffix",
+                        suf.at_load,
+                        _suffix(suf.from_, suf.to),
+                    )
+                )
+
+    # -- the pipeline -------------------------------------------------------------------------
+
+    def drop_reason(self, source: str) -> tuple[str, str] | None:
+        """(rule id, reason) of the first drop rule matching ``source``."""
+        for rule_id, pattern, reason in self._drop:
+            if pattern.search(source):
+                return rule_id, reason
+        return None
+
+    def rename(
+        self,
+        source: str,
+        *,
+        redirect_to: str | None = None,
+        scheme: Scheme | None = None,
+        is_scale: bool = False,
+    ) -> Renamed:
+        """Run every stage on ``source``.
+
+        ``redirect_to``: the FSE routed-slot name (source naming) when the planner redirects
+        this tensor; ``scheme`` / ``is_scale``: what the alias stage needs for a scale tensor.
+        """
+        dropped = self.drop_reason(source)
+        if dropped is not None:
+            return Renamed(source, None, None, (dropped[0],), reason=dropped[1])
+        steps: list[str] = []
+        written = source
+        if redirect_to is not None:
+            written = redirect_to
+            steps.append("fse")
+        for rule_id, pattern, reason in self._keep:
+            if pattern.search(written):
+                steps.append(rule_id)
+                return Renamed(
+                    source,
+                    written,
+                    written,
+                    tuple(steps),
+                    reason=reason,
+                    kept=True,
+                    redirected=redirect_to is not None,
+                )
+        engine = written
+        for rename in self._renames:
+            new_engine = rename.apply(engine)
+            if rename.at_load:
+                if new_engine is not None:
+                    engine = new_engine
+                    steps.append(rename.rule_id)
+                continue
+            new_written = rename.apply(written)
+            if new_written is not None or new_engine is not None:
+                steps.append(rename.rule_id)
+            if new_written is not None:
+                written = new_written
+            if new_engine is not None:
+                engine = new_engine
+        if is_scale:
+            spelled = self._alias(written, scheme)
+            if spelled is not None:
+                steps.append(spelled[0])
+                written = spelled[1]
+            spelled = self._alias(engine, scheme)
+            if spelled is not None:
+                engine = spelled[1]
+        if not steps:
+            for rule_id, pattern in self._accept:
+                if pattern.search(written):
+                    steps.append(rule_id)
+                    break
+        return Renamed(source, written, engine, tuple(steps), redirected=redirect_to is not None)
+
+    def _alias(self, name: str, scheme: Scheme | None) -> tuple[str, str] | None:
+        """(rule id, renamed) when an alias rule changes the last component of ``name``."""
+        head, dot, last = name.rpartition(".")
+        for i, rule in enumerate(self.recipe.rules.alias):
+            if last not in rule.names or (rule.skip and re.search(rule.skip, name)):
+                continue
+            wanted = scale_spelling(scheme) if rule.choose == "by_scheme" else rule.choose
+            if wanted is None or wanted not in rule.names or wanted == last:
+                return None
+            return rule.name or f"alias[{i}]", f"{head}{dot}{wanted}"
+        return None
+
+    def loader_view(self, name: str) -> str:
+        """The name the target loader makes of ``name`` when it applies the rename rules
+        itself (every regex/substring/prefix/suffix rule, ``at_load`` ones included)."""
+        for rename in self._renames:
+            new = rename.apply(name)
+            if new is not None:
+                name = new
+        return name
+
+
+def _regex(match: str, replace: str) -> Any:
+    pattern = re.compile(match)
+
+    def apply(name: str) -> str | None:
+        return pattern.sub(replace, name) if pattern.search(name) else None
+
+    return apply
+
+
+def _substring(find: str, replace: str) -> Any:
+    def apply(name: str) -> str | None:
+        return name.replace(find, replace, 1) if find in name else None
+
+    return apply
+
+
+def _prefix(old: str, new: str) -> Any:
+    def apply(name: str) -> str | None:
+        return new + name[len(old) :] if name.startswith(old) else None
+
+    return apply
+
+
+def _suffix(old: str, new: str) -> Any:
+    def apply(name: str) -> str | None:
+        return name[: -len(old)] + new if name.endswith(old) else None
+
+    return apply
