@@ -161,10 +161,20 @@ def _load(config: dict, hf_quant: dict | None, where: str) -> QuantConfig:
 # -- one tensor --------------------------------------------------------------------------------
 
 
+def _is_lm_head(module: str) -> bool:
+    return module in ("lm_head", "head") or module.endswith(".lm_head")
+
+
 def _scheme(qconfig: QuantConfig, module: str, semantics: Semantics) -> Scheme:
     if semantics == "producer":
         return qconfig.producer_scheme_for(module)
-    return qconfig.scheme_for(module)
+    scheme = qconfig.scheme_for(module)
+    if scheme.quantized and _is_lm_head(module):
+        # vLLM builds the LM head as ParallelLMHead (not a LinearBase): Fp8Config, Quark and
+        # ModelOpt all leave it unquantized whatever the config says
+        rule = f"lm_head: vLLM loads it unquantized (ParallelLMHead); config says {scheme.short()}"
+        return unquantized(qconfig.source, rule)
+    return scheme
 
 
 def resolve_tensor(
@@ -229,7 +239,7 @@ def scheme_differences(qconfig: QuantConfig, modules: list[str]) -> list[SchemeD
     for module in sorted(set(modules)):
         if non_linear_reason(module) is not None:
             continue
-        a, b = qconfig.scheme_for(module), qconfig.producer_scheme_for(module)
+        a, b = _scheme(qconfig, module, "vllm"), qconfig.producer_scheme_for(module)
         if storage_key(a) != storage_key(b):
             out.append(SchemeDifference(module=module, vllm=a, producer=b))
     return out
