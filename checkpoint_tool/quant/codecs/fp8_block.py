@@ -81,7 +81,8 @@ class Fp8BlockCodec(BaseCodec):
         blocks = padded.reshape(*x.shape[:-2], nr, b0, nc, b1)
         amax = blocks.abs().amax(dim=(-3, -1))  # [..., nr, nc]
         if self.e8m0:
-            k = ceil_pow2_exponent(amax / FP8_E4M3_MAX)
+            # DeepSeek's kernels multiply by the float32 reciprocal: amax * (1/448)
+            k = ceil_pow2_exponent(amax * torch.tensor(1.0 / FP8_E4M3_MAX, dtype=torch.float32))
             k = torch.where(amax > 0, k, torch.zeros_like(k))
             if is_e8m0_dtype(self.scale_dtype):
                 scale = store_e8m0_scale(k, self.scale_dtype)
