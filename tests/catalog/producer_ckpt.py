@@ -68,6 +68,8 @@ def random_bytes(name: str, dtype: str, shape: tuple[int, ...], rng: np.random.G
         if is_scale:  # E8M0 exponents near 1.0
             return rng.integers(119, 136, size=n, dtype=np.uint8).tobytes()
         return rng.integers(0, 256, size=n, dtype=np.uint8).tobytes()
+    if dtype in ("I32", "I64", "I16"):
+        return rng.integers(-(2**15), 2**15, size=n).astype(f"<i{int(dtype[1:]) // 8}").tobytes()
     if dtype == "F4":
         return rng.integers(0, 256, size=tensor_nbytes("F4", shape), dtype=np.uint8).tobytes()
     raise ValueError(f"no random data for dtype {dtype}")

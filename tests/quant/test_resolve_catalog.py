@@ -1,0 +1,140 @@
+"""resolve_catalog: roles for every tensor, and one finding per thing the config cannot explain."""
+
+from __future__ import annotations
+
+from catalog.producer_ckpt import quark_checkpoint, write_checkpoint
+
+from checkpoint_tool.catalog import open_catalog
+from checkpoint_tool.quant.configs import QuarkConfig
+from checkpoint_tool.quant.resolve import resolve_catalog, resolve_tensor
+
+MX = {
+    "dtype": "fp4",
+    "qscheme": "per_group",
+    "group_size": 32,
+    "scale_format": "e8m0",
+    "is_dynamic": False,
+}
+QC = {
+    "quant_method": "quark",
+    "export": {},
+    "global_quant_config": {"weight": MX},
+    "exclude": ["lm_head"],
+}
+M = "model.layers.0.mlp.down_proj"
+GOOD = {f"{M}.weight": ("U8", (64, 32)), f"{M}.weight_scale": ("U8", (64, 2))}
+
+
+def resolve(tmp_path, tensors, qc=QC, config_extra=None):
+    config = {"model_type": "deepseek_v3", "quantization_config": qc, **(config_extra or {})}
+    if qc is None:
+        config.pop("quantization_config")
+    return resolve_catalog(open_catalog(write_checkpoint(tmp_path / "c", tensors, config)))
+
+
+def rules(rc):
+    return sorted((i.rule, i.tensor) for i in rc.issues)
+
+
+def test_roles():
+    cfg = QuarkConfig.model_validate(QC)
+    roles = {
+        f"{M}.weight": "weight",
+        f"{M}.weight_scale": "scale",
+        f"{M}.weight_scale_2": "global_scale",
+        f"{M}.input_scale": "input_scale",
+        f"{M}.bias": "bias",
+        "model.layers.1.mlp.gate.e_score_correction_bias": "bias",
+        "model.layers.0.self_attn.k_proj.k_scale": "other",
+    }
+    assert {n: resolve_tensor(cfg, n).role for n in roles} == roles
+
+
+def test_clean_checkpoint_has_no_issues(tmp_path):
+    rc = resolve(tmp_path, GOOD)
+    assert rc.issues == [] and rc.tensors[f"{M}.weight_scale"].scheme.short() == "mxfp4/32"
+
+
+def test_missing_scale(tmp_path):
+    rc = resolve(tmp_path, {f"{M}.weight": ("U8", (64, 32))})
+    assert rules(rc) == [("missing_scale", f"{M}.weight")]
+    assert f"{M}.weight_scale" in rc.issues[0].message and rc.issues[0].file == "model.safetensors"
+
+
+def test_scale_of_wrong_dtype_and_shape(tmp_path):
+    rc = resolve(tmp_path, {**GOOD, f"{M}.weight_scale": ("F32", (64, 4))})
+    assert rules(rc) == [("scale_dtype", f"{M}.weight_scale"), ("scale_shape", f"{M}.weight_scale")]
+    assert "[64, 2]" in rc.issues[1].message or "[64, 2]" in rc.issues[0].message
+
+
+def test_weight_dtype_disagrees_with_config(tmp_path):
+    rc = resolve(tmp_path, {f"{M}.weight": ("BF16", (64, 64))})
+    assert rules(rc) == [("weight_dtype", f"{M}.weight")]
+
+
+def test_unexplained_tensors(tmp_path):
+    tensors = {
+        **GOOD,
+        f"{M}.weight_scale_inv": ("F32", (1, 1)),  # DeepSeek spelling in a Quark checkpoint
+        "model.layers.0.mlp.up_proj.weight_scale": ("U8", (64, 2)),  # scale without a weight
+    }
+    rc = resolve(tmp_path, tensors)
+    assert rules(rc) == [
+        ("unexplained_tensor", f"{M}.weight_scale_inv"),
+        ("unexplained_tensor", "model.layers.0.mlp.up_proj.weight_scale"),
+    ]
+
+
+def test_scales_without_any_quantization_config(tmp_path):
+    rc = resolve(
+        tmp_path, {f"{M}.weight": ("BF16", (64, 64)), f"{M}.weight_scale": ("BF16", ())}, qc=None
+    )
+    assert rules(rc) == [("unexplained_tensor", f"{M}.weight_scale")]
+
+
+def test_packed_shards_with_different_schemes(tmp_path):
+    qc = {**QC, "exclude": ["lm_head", "model.layers.0.self_attn.q_a_proj"]}
+    a, b = "model.layers.0.self_attn.q_a_proj", "model.layers.0.self_attn.kv_a_proj_with_mqa"
+    tensors = {
+        f"{a}.weight": ("BF16", (64, 64)),
+        f"{b}.weight": ("U8", (64, 32)),
+        f"{b}.weight_scale": ("U8", (64, 2)),
+    }
+    rc = resolve(tmp_path, tensors, qc=qc)
+    assert rules(rc) == [("packed_mismatch", f"{a}.weight")]  # reported on the first shard
+    assert "fused_qkv_a_proj" in rc.issues[0].message
+
+
+def test_unsupported_scheme_is_a_warning(tmp_path):
+    qc = {
+        **QC,
+        "global_quant_config": {
+            "weight": {"dtype": "int4", "qscheme": "per_group", "group_size": 128}
+        },
+    }
+    rc = resolve(
+        tmp_path, {f"{M}.weight": ("I32", (64, 8)), f"{M}.weight_scale": ("BF16", (64, 1))}, qc=qc
+    )
+    assert [(i.severity, i.rule) for i in rc.issues] == [("warning", "unsupported_scheme")]
+
+
+def test_fused_experts_are_reported_once_each(tmp_path):
+    rc = resolve_catalog(open_catalog(quark_checkpoint(tmp_path / "q", "nvfp4")))
+    assert rules(rc) == [
+        ("fused_experts_unquantized", "model.layers.1.mlp.experts.down_proj"),
+        ("fused_experts_unquantized", "model.layers.1.mlp.experts.gate_up_proj"),
+    ]
+    assert all(i.severity == "warning" for i in rc.issues)
+
+
+def test_deepseek_v4_float_linears_without_scale_are_unquantized(tmp_path):
+    qc = {"quant_method": "fp8", "weight_block_size": [128, 128], "scale_fmt": "ue8m0"}
+    tensors = {
+        "layers.0.attn.compressor.wkv.weight": ("BF16", (64, 64)),
+        "layers.0.attn.wo_a.weight": ("F8_E4M3", (64, 64)),
+    }
+    rc = resolve(
+        tmp_path, tensors, qc=qc, config_extra={"model_type": "deepseek_v4", "expert_dtype": "fp4"}
+    )
+    assert rules(rc) == [("missing_scale", "layers.0.attn.wo_a.weight")]
+    assert not rc.tensors["layers.0.attn.compressor.wkv.weight"].scheme.quantized
