@@ -178,8 +178,7 @@ def register(app: typer.Typer) -> None:
             return
         if preset is None or dst is None:
             raise UsageError("give a PRESET and a DST folder (or --list to see the presets)")
-        from checkpoint_tool.synth import synth_checkpoint
-        from checkpoint_tool.synth.builder import build_layout
+        from checkpoint_tool.synth.builder import build_layout, write_layout
 
         opts = dict(
             num_layers=layers,
@@ -189,7 +188,7 @@ def register(app: typer.Typer) -> None:
             moe_intermediate=moe_intermediate,
         )
         layout = build_layout(preset, sparse=sparse, fused_experts=fused_experts, **opts)
-        total = sum(_nbytes(s) for s in layout.tensors)
+        total = sum(s.nbytes for s in layout.tensors)
         show = not sparse and total >= PROGRESS_MIN_BYTES
         with _progress(show) as (bar, task):
 
@@ -197,38 +196,29 @@ def register(app: typer.Typer) -> None:
                 if bar is not None:
                     bar.update(task, completed=done, total=_total, file=name)
 
-            out = synth_checkpoint(
-                preset,
+            out = write_layout(
+                layout,
                 dst,
                 seed=seed,
                 shard_size=parse_size(shard_size) if shard_size is not None else None,
                 shards=shards,
                 sparse=sparse,
-                fused_experts=fused_experts,
                 overwrite=overwrite,
                 progress=tick,
-                **opts,
             )
-        files = sorted(out.glob("*.safetensors"))
         emit(
             SynthResult(
                 preset=preset,
-                path=str(out),
-                shards=len(files),
-                tensors=len(layout.tensors),
-                tensor_bytes=total,
+                path=str(out.path),
+                shards=out.shards,
+                tensors=out.tensors,
+                tensor_bytes=out.tensor_bytes,
                 sparse=sparse,
                 seed=seed,
             ),
             fmt,
             human=_render_result,
         )
-
-
-def _nbytes(spec) -> int:
-    from checkpoint_tool.synth.shards import spec_nbytes
-
-    return spec_nbytes(spec)
 
 
 class _progress:

@@ -18,12 +18,14 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
+
+import torch
 
 from checkpoint_tool.catalog.safetensors_format import build_header
 from checkpoint_tool.errors import OutputError, UsageError
 from checkpoint_tool.execute.writer import (
     SafetensorsWriter,
-    fsync_dir,
     partial_name,
     write_bytes_atomic,
 )
@@ -105,7 +107,9 @@ def build_layout(
             "the DeepSeek-V3 architecture"
         )
     dims = resolve_dims(spec, sparse=sparse, **overrides)
-    return spec.build(dims, PresetOptions(fused_experts=fused_experts))
+    layout = spec.build(dims, PresetOptions(fused_experts=fused_experts))
+    layout.family = spec.family
+    return layout
 
 
 def synth_checkpoint(
@@ -140,6 +144,62 @@ def synth_checkpoint(
         hidden=hidden,
         moe_intermediate=moe_intermediate,
     )
+    write_layout(
+        layout,
+        Path(dst),
+        seed=seed,
+        shard_size=shard_size,
+        shards=shards,
+        sparse=sparse,
+        overwrite=overwrite,
+        progress=progress,
+    )
+    return Path(dst)
+
+
+class WriteSummary(NamedTuple):
+    """What ``write_layout`` wrote."""
+
+    path: Path
+    shards: int
+    tensors: int
+    tensor_bytes: int
+
+
+def write_layout(
+    layout: SynthLayout,
+    dst: Path,
+    *,
+    seed: int = 0,
+    shard_size: int | None = None,
+    shards: int | None = None,
+    sparse: bool = False,
+    overwrite: bool = False,
+    progress: Progress | None = None,
+) -> WriteSummary:
+    """Write a built layout into ``dst`` (see ``synth_checkpoint`` for the options).
+
+    Runs torch on one thread: synth tensors are small, and on a shared machine intra-op
+    threads cost more than they give (3-4x slower with two threads on two busy cores).
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _write_layout(layout, dst, seed, shard_size, shards, sparse, overwrite, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _write_layout(
+    layout: SynthLayout,
+    dst: Path,
+    seed: int,
+    shard_size: int | None,
+    shards: int | None,
+    sparse: bool,
+    overwrite: bool,
+    progress: Progress | None,
+) -> WriteSummary:
     groups = _split(layout, shard_size=shard_size, shards=shards, sparse=sparse)
     dst = Path(dst)
     _prepare_dst(dst, overwrite)
@@ -174,13 +234,9 @@ def synth_checkpoint(
     index = {"metadata": {"total_size": total_size}, "weight_map": dict(sorted(weight_map.items()))}
     _write_json(dst / INDEX_NAME, index)
     _write_json(dst / "config.json", layout.config)
-    for fname, content in {**layout.extra_files, **side_files(_family(preset))}.items():
+    for fname, content in {**layout.extra_files, **side_files(layout.family)}.items():
         _write_json(dst / fname, content)
-    return dst
-
-
-def _family(preset: str) -> str:
-    return PRESETS[preset].family
+    return WriteSummary(dst, n, len(layout.tensors), total)
 
 
 def _split(
@@ -231,7 +287,10 @@ def _prepare_dst(dst: Path, overwrite: bool) -> None:
 
 
 def _write_sparse(path: Path, specs: list[TensorSpec]) -> None:
-    """Header only, then extend to the full size: the data region is a hole."""
+    """Header only, then extend to the full size: the data region is a hole.
+
+    Renamed into place like every output, but not fsynced: a sparse layout is scratch test data.
+    """
     prefix, offsets = build_header(
         [(s.name, s.dtype, tuple(s.shape)) for s in specs], SHARD_METADATA
     )
@@ -241,10 +300,7 @@ def _write_sparse(path: Path, specs: list[TensorSpec]) -> None:
         with open(tmp, "wb") as fh:
             fh.write(prefix)
             fh.truncate(size)
-            fh.flush()
-            os.fsync(fh.fileno())
         os.replace(tmp, path)
-        fsync_dir(path.parent)
     except OSError as exc:
         if tmp.exists():
             tmp.unlink()

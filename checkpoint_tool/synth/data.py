@@ -103,39 +103,48 @@ class DataGenerator:
         return amax / 448.0
 
     def _quantized_group(self, src: QuantPart) -> list[dict[str, torch.Tensor]]:
-        key = (src.group, src.encoding)
+        batch = src.batch or (src.group,)
+        key = (batch, src.encoding)
         hit = self._cache.get(key)
-        if hit is not None:
+        if hit is None:
+            floats = [
+                [
+                    WEIGHT_STD
+                    * torch.randn((rows, src.inp), generator=generator(self.seed, module))
+                    for module, rows in zip(group, src.rows, strict=True)
+                ]
+                for group in batch
+            ]
+            hit = _quantize_batch(src.encoding, floats)
+            self._cache[key] = hit
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        else:
             self._cache.move_to_end(key)
-            return hit
-        floats = [
-            WEIGHT_STD * torch.randn((rows, src.inp), generator=generator(self.seed, module))
-            for module, rows in zip(src.group, src.rows, strict=True)
-        ]
-        result = _quantize_split(src.encoding, floats)
-        self._cache[key] = result
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
-        return result
+        return hit[src.batch_index]
 
 
-def _quantize_split(encoding: str, floats: list[torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-    """Quantize the row-stacked members together, then split every part back by rows."""
+def _quantize_batch(
+    encoding: str, batch: list[list[torch.Tensor]]
+) -> list[list[dict[str, torch.Tensor]]]:
+    """Quantize groups (members stacked on rows) as one batch; split back per group, member."""
     enc = ENCODINGS[encoding]
     if not enc.quantized:
-        return [{"weight": w} for w in floats]
+        return [[{"weight": w} for w in group] for group in batch]
     from checkpoint_tool.quant.codecs import codec_for_format
 
     codec = codec_for_format(
         enc.format, block=enc.block, group_size=enc.group_size, scale_dtype=enc.scale_dtype
     )
-    stacked = torch.cat(floats, dim=0) if len(floats) > 1 else floats[0]
-    parts = codec.quantize(stacked)
-    if len(floats) == 1:
-        return [dict(parts)]
-    out: list[dict[str, torch.Tensor]] = [{} for _ in floats]
-    bounds = [0, *itertools.accumulate(w.shape[0] for w in floats)]
-    for role, t in parts.items():
-        for i in range(len(floats)):
-            out[i][role] = t if t.dim() == 0 else t[bounds[i] : bounds[i + 1]]
+    stacked = torch.stack([torch.cat(group, dim=0) for group in batch])
+    parts = codec.quantize(stacked if len(batch) > 1 else stacked[0])
+    bounds = [0, *itertools.accumulate(w.shape[0] for w in batch[0])]
+    out: list[list[dict[str, torch.Tensor]]] = []
+    for b, group in enumerate(batch):
+        members: list[dict[str, torch.Tensor]] = [{} for _ in group]
+        for role, t in parts.items():
+            tb = t[b] if len(batch) > 1 else t
+            for i in range(len(group)):
+                members[i][role] = tb if tb.dim() == 0 else tb[bounds[i] : bounds[i + 1]]
+        out.append(members)
     return out

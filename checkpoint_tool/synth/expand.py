@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from checkpoint_tool.catalog.safetensors_format import tensor_nbytes
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.synth.encodings import ENCODINGS, Encoding
 from checkpoint_tool.synth.layout import Item, Linear, Plain, QuantPart, RandomPlain, TensorSpec
@@ -28,27 +29,25 @@ def expand(items: Iterable[Item], assign: Assign) -> list[TensorSpec]:
     items = list(items)
     chosen = {it.module: ENCODINGS[assign(it)] for it in items if isinstance(it, Linear)}
     groups = _nvfp4_groups(items, chosen)
+    batches = _expert_batches(items, chosen, groups)
     out: list[TensorSpec] = []
     for it in items:
         if isinstance(it, Plain):
-            out.append(TensorSpec(it.name, it.dtype, it.shape, RandomPlain(it.init, it.high)))
+            src = RandomPlain(it.init, it.high)
+            out.append(
+                TensorSpec(it.name, it.dtype, it.shape, src, tensor_nbytes(it.dtype, it.shape))
+            )
             continue
         enc = chosen[it.module]
         _check_alignment(it, enc)
         members = groups.get(it.module, (it,))
         group = tuple(m.module for m in members)
         rows = tuple(m.out for m in members)
+        member, key = group.index(it.module), _input_scale_key(it)
+        batch, index = batches.get(group, ((group,), 0))
         for name, dtype, shape, role in enc.tensors(it.module, it.out, it.inp):
-            src = QuantPart(
-                group=group,
-                member=group.index(it.module),
-                role=role,
-                encoding=enc.key,
-                rows=rows,
-                inp=it.inp,
-                input_scale_key=_input_scale_key(it),
-            )
-            out.append(TensorSpec(name, dtype, shape, src))
+            src = QuantPart(group, member, role, enc.key, rows, it.inp, key, batch, index)
+            out.append(TensorSpec(name, dtype, shape, src, tensor_nbytes(dtype, shape)))
     return out
 
 
@@ -73,6 +72,34 @@ def _nvfp4_groups(items: list[Item], chosen: dict[str, Encoding]) -> dict[str, t
             for m in members:
                 groups[m.module] = members
     return groups
+
+
+#: float elements one batched quantization may hold (16 MiB of float32)
+BATCH_ELEMENTS = 1 << 22
+
+
+def _expert_batches(
+    items: list[Item], chosen: dict[str, Encoding], groups: dict[str, tuple]
+) -> dict[tuple[str, ...], tuple[tuple[tuple[str, ...], ...], int]]:
+    """Routed experts of one layer and projection kind, chunked: group -> (batch, index)."""
+    units: dict[tuple, list[tuple[str, ...]]] = {}
+    for it in items:
+        if not (isinstance(it, Linear) and it.role == "routed" and chosen[it.module].quantized):
+            continue
+        members = groups.get(it.module, (it,))
+        if members[0].module != it.module:
+            continue  # a group is listed once, at its first member
+        shape = (tuple(m.out for m in members), it.inp)
+        kind = (it.layer, chosen[it.module].key, shape)
+        units.setdefault(kind, []).append(tuple(m.module for m in members))
+    out: dict[tuple[str, ...], tuple[tuple[tuple[str, ...], ...], int]] = {}
+    for (_, _, (rows, inp)), unit_list in units.items():
+        per_batch = max(1, BATCH_ELEMENTS // (sum(rows) * inp))
+        for start in range(0, len(unit_list), per_batch):
+            batch = tuple(unit_list[start : start + per_batch])
+            for i, group in enumerate(batch):
+                out[group] = (batch, i)
+    return out
 
 
 def _input_scale_key(lin: Linear) -> str:

@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 #: roles a family gives its linears; presets decide the encoding per role (and per layer)
 LINEAR_ROLES = (
@@ -77,20 +78,21 @@ class Plain:
 Item = Linear | Plain
 
 
-@dataclass(frozen=True)
-class RandomPlain:
+class RandomPlain(NamedTuple):
     """Source of a plain tensor: random values of the given init kind."""
 
     init: str
     high: int = 0
 
 
-@dataclass(frozen=True)
-class QuantPart:
+class QuantPart(NamedTuple):
     """Source of one storage tensor of a quantized (or BF16) linear.
 
     ``group`` lists modules quantized together (NVFP4 gate/up share one ``weight_scale_2``:
     their float weights are stacked on the row dim, quantized once, and split back).
+    ``batch`` lists groups of the same shape quantized in one codec call as a leading batch dim
+    (a layer's routed experts, in chunks), purely for speed: each batch element is quantized
+    independently, so the bytes do not depend on batching.
     """
 
     group: tuple[str, ...]
@@ -102,19 +104,21 @@ class QuantPart:
     inp: int = 0
     #: key that makes activation scales equal where the producer writes equal ones
     input_scale_key: str = ""
+    batch: tuple[tuple[str, ...], ...] = ()
+    batch_index: int = 0
 
 
 Source = RandomPlain | QuantPart
 
 
-@dataclass(frozen=True)
-class TensorSpec:
-    """One tensor of the output: name, safetensors dtype, shape, how its bytes are made."""
+class TensorSpec(NamedTuple):
+    """One tensor of the output: name, safetensors dtype, shape, how its bytes are made, size."""
 
     name: str
     dtype: str
     shape: tuple[int, ...]
     source: Source
+    nbytes: int
 
 
 @dataclass
@@ -133,3 +137,4 @@ class SynthLayout:
     index_total_size: str = "tensors"
     shard_digits_total: int = 5
     default_shards: int | None = None
+    family: str = ""

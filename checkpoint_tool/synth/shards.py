@@ -13,12 +13,11 @@ Example::
 
 from __future__ import annotations
 
-from checkpoint_tool.catalog.safetensors_format import tensor_nbytes
 from checkpoint_tool.synth.layout import TensorSpec
 
 
 def spec_nbytes(spec: TensorSpec) -> int:
-    return tensor_nbytes(spec.dtype, spec.shape)
+    return spec.nbytes
 
 
 def shard_name(k: int, n: int, total_digits: int = 5) -> str:
