@@ -58,6 +58,7 @@ from checkpoint_tool.execute.stream import Cancelled, TensorStream
 from checkpoint_tool.execute.writer import (
     SafetensorsWriter,
     _os_error,
+    fsync,
     fsync_dir,
     partial_name,
     write_bytes_atomic,
@@ -155,7 +156,7 @@ def execute_plan(
             recipe=plan.recipe,
             options=plan.options,
             files=[
-                WeightFileRecord(**r.model_dump(), tensors=len(f.tensors))
+                WeightFileRecord(name=r.name, size=r.size, sha256=r.sha256, tensors=len(f.tensors))
                 for r, f in zip(weight_records, plan.files, strict=True)
             ],
             other_files=other_records,
@@ -384,7 +385,7 @@ def _copy_file(src: Path, root: Path, name: str, chunk: int) -> FileRecord:
                         h.update(block)
                         size += len(block)
                     fout.flush()
-                    os.fsync(fout.fileno())
+                    fsync(fout.fileno())
             except OSError as exc:
                 tmp.unlink(missing_ok=True)
                 raise _os_error(dst, exc, "cannot write") from exc

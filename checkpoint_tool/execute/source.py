@@ -150,25 +150,40 @@ def _pread_into(fd: int, view: memoryview, offset: int, path: object) -> int:
         ) from exc
 
 
+class GrowingBuffer:
+    """A reusable byte buffer that grows on demand up to ``capacity`` (small models stay small).
+
+    ``view(n)`` returns the first ``n`` bytes; a view is valid until the next ``view`` call.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._buf = bytearray(0)
+
+    def view(self, nbytes: int) -> memoryview:
+        if nbytes > self.capacity:
+            raise ValueError(f"{nbytes} bytes requested from a buffer of {self.capacity}")
+        if nbytes > len(self._buf):
+            self._buf = bytearray(min(self.capacity, max(nbytes, 2 * len(self._buf))))
+        return memoryview(self._buf)[:nbytes]
+
+
 class RangeReader:
     """Reads byte ranges into one reusable buffer (a view stays valid until the next read)."""
 
     def __init__(self, sources: SourceFiles, capacity: int) -> None:
         self.sources = sources
-        self._buf = bytearray(capacity)
-        self._view = memoryview(self._buf)
+        self._buf = GrowingBuffer(capacity)
         self.bytes_read = 0
 
     @property
     def capacity(self) -> int:
-        return len(self._buf)
+        return self._buf.capacity
 
     def read(self, rel: str, offset: int, nbytes: int) -> memoryview:
         """Bytes ``[offset, offset + nbytes)`` of shard ``rel``; ``nbytes <= capacity``."""
-        if nbytes > len(self._buf):
-            raise ValueError(f"read of {nbytes} bytes exceeds buffer of {len(self._buf)}")
         fd, got = self.sources.fd(rel), 0
-        view = self._view[:nbytes]
+        view = self._buf.view(nbytes)
         while got < nbytes:
             n = _pread_into(fd, view[got:], offset + got, self.sources.catalog.path_of(rel))
             if n == 0:

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from checkpoint_tool.execute.ops import CombineNode, Node
-from checkpoint_tool.execute.source import RangeReader
+from checkpoint_tool.execute.source import GrowingBuffer, RangeReader
 
 
 class Cancelled(Exception):
@@ -43,7 +43,7 @@ class TensorStream:
         self.reader = reader
         self.chunk = chunk
         self.stop = stop
-        self._out = bytearray(chunk)
+        self._out = GrowingBuffer(chunk)
 
     def chunks(self, node: Node) -> Iterator[memoryview]:
         """Yield the node's bytes; each view is valid until the next one is requested."""
@@ -58,6 +58,9 @@ class TensorStream:
                 yield from self.chunks(child)
             return
         shape, itemsize = node.shape, node.itemsize
+        if not shape:  # one element that is not in a file: a pad element
+            yield memoryview(node.fill)  # type: ignore[attr-defined]
+            return
         out_row = math.prod(shape[1:]) * itemsize
         read_row = node.read_row_bytes()
         if out_row == 0 or shape[0] == 0:
@@ -74,7 +77,7 @@ class TensorStream:
                 raise Cancelled()
             r1 = min(shape[0], r0 + per_block)
             nbytes = (r1 - r0) * out_row
-            view = memoryview(self._out)[:nbytes]
+            view = self._out.view(nbytes)
             out = np.frombuffer(view, dtype=np.uint8).reshape((r1 - r0, *shape[1:], itemsize))
             node.fill_rows(r0, r1, out, self.reader.read)
             yield view

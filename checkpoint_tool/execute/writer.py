@@ -18,13 +18,41 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import threading
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
 from checkpoint_tool.catalog.safetensors_format import build_header
 from checkpoint_tool.errors import OutputError
 from checkpoint_tool.execute.faults import fault_point
+
+#: fsync files and folders before/after renames (durability across power loss). Tests that only
+#: simulate process kills may turn it off: a rename is atomic for other processes either way.
+DURABLE = True
+
+
+def fsync(fd: int) -> None:
+    """``os.fsync`` unless durability is switched off (tests)."""
+    if DURABLE:
+        os.fsync(fd)
+
+
+#: chunks at least this large are hashed on ``_HASHER`` while ``os.write`` copies them
+PARALLEL_HASH_MIN = 1 << 20
+_hasher: tuple[int, ThreadPoolExecutor] | None = None
+_hasher_lock = threading.Lock()
+
+
+def _hash_pool() -> ThreadPoolExecutor:
+    """The hashing threads of this process (made again in a forked child, which has none)."""
+    global _hasher
+    with _hasher_lock:
+        if _hasher is None or _hasher[0] != os.getpid():
+            pool = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="ckpt-sha256")
+            _hasher = (os.getpid(), pool)
+        return _hasher[1]
 
 
 def partial_name(final: Path) -> Path:
@@ -50,20 +78,34 @@ class SafetensorsWriter:
         self._hash = hashlib.sha256()
         self.size = 0
         self.sha256 = ""
+        self._fd: int | None = None
         try:
-            self._fh = open(self.tmp, "wb")
+            self._fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
-            raise OutputError(f"{self.tmp}: cannot create ({exc.strerror})") from exc
+            raise _os_error(self.tmp, exc, "cannot create") from exc
         self._write_raw(prefix)
 
     def _write_raw(self, data: bytes | memoryview) -> None:
+        """Write all of ``data`` and hash it; big chunks are hashed on a helper thread while the
+        kernel copies them (both release the GIL), so the caller may reuse ``data`` on return."""
+        view = memoryview(data).cast("B")
+        pending = (
+            _hash_pool().submit(self._hash.update, view) if len(view) >= PARALLEL_HASH_MIN else None
+        )
         try:
-            self._fh.write(data)
+            done = 0
+            while done < len(view):
+                done += os.write(self._fd, view[done:])  # type: ignore[arg-type]
         except OSError as exc:
+            if pending is not None:
+                pending.result()
             self.abort()
             raise _os_error(self.path, exc, "write failed") from exc
-        self._hash.update(data)
-        self.size += len(data)
+        if pending is not None:
+            pending.result()
+        else:
+            self._hash.update(view)
+        self.size += len(view)
 
     def write(self, name: str, data: bytes | memoryview) -> None:
         """Append the bytes of the next tensor; ``name`` and length must match the header."""
@@ -100,9 +142,9 @@ class SafetensorsWriter:
             self.abort()
             raise OutputError(f"{self.path}: internal error: tensor {missing!r} was never written")
         try:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-            self._fh.close()
+            fsync(self._fd)  # type: ignore[arg-type]
+            os.close(self._fd)  # type: ignore[arg-type]
+            self._fd = None
             os.replace(self.tmp, self.path)
             fsync_dir(self.path.parent)
         except OSError as exc:
@@ -114,11 +156,11 @@ class SafetensorsWriter:
     def abort(self) -> None:
         """Close and remove the temporary file (idempotent)."""
         try:
-            if not self._fh.closed:
-                self._fh.close()
+            if self._fd is not None:
+                fd, self._fd = self._fd, None
+                os.close(fd)
         finally:
-            if self.tmp.exists():
-                self.tmp.unlink()
+            self.tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> SafetensorsWriter:
         return self
@@ -134,6 +176,8 @@ class SafetensorsWriter:
 
 def fsync_dir(folder: Path) -> None:
     """fsync a directory so a rename inside it is durable."""
+    if not DURABLE:
+        return
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -149,7 +193,7 @@ def write_bytes_atomic(path: Path, data: bytes) -> str:
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            fsync(fh.fileno())
         os.replace(tmp, path)
         fsync_dir(path.parent)
     except OSError as exc:

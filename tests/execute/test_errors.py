@@ -1,0 +1,188 @@
+"""Every failure gives one line, a CkptError, and nothing incomplete under a final name."""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+
+import pytest
+
+from checkpoint_tool.catalog import open_local
+from checkpoint_tool.errors import CkptError, InputError, OutputError
+from checkpoint_tool.execute import execute_plan
+from checkpoint_tool.execute import source as source_mod
+from checkpoint_tool.plan.model import OutputTensor, Piece
+
+from .helpers import tiny_moe_tensors, tiny_plan, tree_bytes, write_source
+
+
+@pytest.fixture
+def setup(tmp_path):
+    root = write_source(tmp_path / "src", tiny_moe_tensors(seed=4))
+    return root, tiny_plan(root), open_local(root)
+
+
+def assert_clean(dst, plan) -> None:
+    """No weight file, no manifest, no temporary left behind."""
+    names = set(tree_bytes(dst)) if dst.exists() else set()
+    assert not names & {f.name for f in plan.files}
+    assert "ckpt-manifest.json" not in names
+    assert not [n for n in names if n.endswith(".partial")]
+
+
+def one_line(exc: CkptError) -> str:
+    assert "\n" not in exc.message
+    return exc.message
+
+
+def _fd_path(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_disk_full_is_one_line_and_leaves_no_partial_file(setup, tmp_path, monkeypatch, workers):
+    _, plan, cat = setup
+    real_write = os.write
+
+    def full(fd, data):
+        if _fd_path(fd).endswith("-of-00003.safetensors.partial"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(OutputError) as err:
+        execute_plan(plan, cat, tmp_path / "dst", progress=False, workers=workers)
+    assert "disk full" in one_line(err.value) and "--resume" in err.value.message
+    assert_clean(tmp_path / "dst", plan)
+
+
+def test_file_size_limit_in_a_child_process(setup, tmp_path):
+    """RLIMIT_FSIZE makes writes fail with EFBIG (SIGXFSZ is ignored by Python)."""
+    _, plan, cat = setup
+    dst = tmp_path / "dst"
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        code = 0
+        try:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (600, 600))
+            execute_plan(plan, cat, dst, progress=False)
+        except CkptError as exc:
+            os.write(write_end, exc.message.encode())
+            code = exc.exit_code
+        except BaseException as exc:
+            os.write(write_end, repr(exc).encode())
+            code = 99
+        os._exit(code)
+    os.close(write_end)
+    message = os.read(read_end, 4096).decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 2, message
+    assert "file too large" in message and "\n" not in message
+    assert_clean(dst, plan)
+
+
+def test_source_changed_since_planning(setup, tmp_path):
+    root, plan, cat = setup
+    shard = root / "model-00001-of-00002.safetensors"
+    with open(shard, "ab") as fh:
+        fh.write(b"\0" * 8)
+    with pytest.raises(InputError, match="changed since it was planned") as err:
+        execute_plan(plan, cat, tmp_path / "dst", progress=False)
+    assert str(shard) in one_line(err.value)
+    assert not (tmp_path / "dst").exists()
+
+
+def test_source_rewritten_with_a_different_header(setup, tmp_path):
+    root, plan, cat = setup
+    from safetensors.torch import load_file, save_file
+
+    shard = root / "model-00002-of-00002.safetensors"
+    tensors = load_file(shard)
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name].flatten()  # same bytes, same size, new shape
+    save_file(tensors, shard, metadata={"format": "pt"})
+    with pytest.raises(InputError, match="changed since it was planned"):
+        execute_plan(plan, cat, tmp_path / "dst", progress=False)
+
+
+def test_source_changed_during_the_run(setup, tmp_path, monkeypatch):
+    root, plan, cat = setup
+    real_read = source_mod.RangeReader.read
+
+    def touching_read(self, rel, offset, nbytes):
+        os.utime(root / rel, ns=(1, 1))
+        return real_read(self, rel, offset, nbytes)
+
+    monkeypatch.setattr(source_mod.RangeReader, "read", touching_read)
+    with pytest.raises(InputError, match="changed during conversion") as err:
+        execute_plan(plan, cat, tmp_path / "dst", progress=False)
+    one_line(err.value)
+    assert_clean(tmp_path / "dst", plan)
+
+
+def test_read_error_is_one_line(setup, tmp_path, monkeypatch):
+    _, plan, cat = setup
+
+    def failing(fd, buffers, offset):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "preadv", failing)
+    with pytest.raises(InputError, match="read error at byte") as err:
+        execute_plan(plan, cat, tmp_path / "dst", progress=False)
+    one_line(err.value)
+    assert_clean(tmp_path / "dst", plan)
+
+
+def test_missing_source_shard(setup, tmp_path):
+    root, plan, cat = setup
+    (root / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(InputError, match="cannot open"):
+        execute_plan(plan, cat, tmp_path / "dst", progress=False)
+    assert not (tmp_path / "dst").exists()
+
+
+def test_truncated_source_shard(setup, tmp_path):
+    root, plan, cat = setup
+    shard = root / "model-00001-of-00002.safetensors"
+    os.truncate(shard, shard.stat().st_size - 16)
+    with pytest.raises(InputError, match=r"changed since it was planned|truncated"):
+        execute_plan(plan, cat, tmp_path / "dst", progress=False)
+    assert not (tmp_path / "dst").exists()
+
+
+def test_inconsistent_plan_fails_before_dst_is_touched(setup, tmp_path):
+    _, plan, cat = setup
+    bad = plan.model_copy(deep=True)
+    bad.files[1].tensors.append(
+        OutputTensor(name="x", dtype="BF16", shape=[3], pieces=[Piece(source="model.norm.weight")])
+    )
+    with pytest.raises(InputError, match="x: pieces give storage shape"):
+        execute_plan(bad, cat, tmp_path / "dst", progress=False)
+    assert not (tmp_path / "dst").exists()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda p: p.files[1].__setattr__("name", p.files[0].name), "planned twice"),
+        (lambda p: p.files[0].__setattr__("name", "../escape.safetensors"), "inside DST"),
+        (lambda p: p.files[0].__setattr__("name", "weights.bin"), "must end in .safetensors"),
+        (lambda p: p.side_files.append("ckpt-manifest.json"), "would overwrite"),
+        (lambda p: p.side_files.append("missing.txt"), "missing"),
+        (lambda p: p.files[2].tensors.append(p.files[0].tensors[0]), "planned in"),
+    ],
+)
+def test_plan_level_errors(setup, tmp_path, mutate, message):
+    _, plan, cat = setup
+    bad = plan.model_copy(deep=True)
+    mutate(bad)
+    with pytest.raises(InputError, match=message) as err:
+        execute_plan(bad, cat, tmp_path / "dst", progress=False)
+    one_line(err.value)
+    assert not (tmp_path / "dst").exists()
