@@ -45,6 +45,16 @@ def layer_facts(
     )
 
 
+#: names an MTP layer usually has, looked up before scanning every name
+_MTP_PROBES = (
+    "gate.weight",
+    "experts.0.gate_proj.weight",
+    "experts.0.w1.weight",
+    "experts.gate_up_proj",
+)
+_MTP_PARENT_PROBES = ("eh_proj.weight", "enorm.weight", "input_layernorm.weight", "e_proj.weight")
+
+
 def present_mtp_layers(
     prefixes: list[tuple[int, str]], names: Collection[str] | None, notes: list[str]
 ) -> list[tuple[int, str]]:
@@ -59,7 +69,10 @@ def present_mtp_layers(
     for layer, prefix in prefixes:
         # the MoE block's parent (e.g. "model.layers.61.") holds every tensor of the layer
         parent = prefix.rsplit(".", 1)[0] + "."
-        if any(n.startswith(parent) for n in names):
+        probes = [f"{prefix}.{leaf}" for leaf in _MTP_PROBES] + [
+            f"{parent}{leaf}" for leaf in _MTP_PARENT_PROBES
+        ]
+        if any(p in names for p in probes) or any(n.startswith(parent) for n in names):
             kept.append((layer, prefix))
         else:
             notes.append(

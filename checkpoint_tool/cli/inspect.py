@@ -1,0 +1,85 @@
+"""``ckpt inspect SRC``: the per-layer policy of a checkpoint from config.json and headers.
+
+Reads only config.json (+ hf_quant_config.json), the index and the safetensors headers; never
+tensor data. Prints, per MoE layer, the routed and shared schemes, whether the shared experts
+can be fused into the routed GEMM (FSE) and why not, and the TP geometry; then the summary
+in the reference engine's words and the findings. Exit code 0, or 1 when a finding is an
+error (usable as a CI gate); 2 for unreadable input or bad options.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from checkpoint_tool.cli.output import OutputFormat, emit
+from checkpoint_tool.errors import EXIT_FINDINGS
+
+
+class FseOption(str, Enum):
+    auto = "auto"
+    on = "on"
+    off = "off"
+
+
+class InspectFormat(str, Enum):
+    human = "human"
+    json = "json"
+    markdown = "markdown"
+
+
+HELP = (
+    "Per-layer policy from config.json and safetensors headers only: routed/shared schemes, "
+    "fused shared experts (FSE) per MoE layer with the reason, TP alignment and padding, and "
+    "consistency findings. Exit 1 when a finding is an error.\n\n"
+    "Examples:\n\n"
+    "  ckpt inspect /models/DeepSeek-R1 --tp 8\n\n"
+    "  ckpt inspect ./quark-hybrid --tp 2 --format json > policy.json\n\n"
+    "  ckpt inspect hf://amd/DeepSeek-R1-MXFP4 --ep --fse on --format markdown"
+)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("inspect", help=HELP)
+    def inspect(
+        src: Annotated[
+            str, typer.Argument(help="Checkpoint folder, .safetensors file or hub repo id.")
+        ],
+        tp: Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel size.")] = 1,
+        ep: Annotated[
+            bool, typer.Option("--ep", help="Expert parallelism (experts not TP-split).")
+        ] = False,
+        eplb: Annotated[
+            bool, typer.Option("--eplb", help="EP load balancer (needs --ep).")
+        ] = False,
+        all2all: Annotated[
+            str | None,
+            typer.Option("--all2all", help="All-to-all backend, e.g. nixl_ep, deepep_low_latency."),
+        ] = None,
+        fse: Annotated[
+            FseOption,
+            typer.Option(
+                "--fse",
+                help="auto: fuse where possible; on: error where impossible; off: never fuse.",
+            ),
+        ] = FseOption.auto,
+        fmt: Annotated[
+            InspectFormat, typer.Option("--format", help="human, json or markdown.")
+        ] = InspectFormat.human,
+    ) -> None:
+        from checkpoint_tool.catalog import open_catalog
+        from checkpoint_tool.policy import build_policy
+        from checkpoint_tool.policy.render import render_human, render_markdown
+
+        catalog = open_catalog(src, headers_only=True)
+        report = build_policy(catalog, tp=tp, ep=ep, eplb=eplb, all2all=all2all, fse=fse.value)
+        emit(
+            report,
+            OutputFormat(fmt.value),
+            human=render_human,  # type: ignore[arg-type]
+            markdown=render_markdown,  # type: ignore[arg-type]
+        )
+        if report.has_errors:
+            raise typer.Exit(EXIT_FINDINGS)

@@ -1,0 +1,303 @@
+"""Consistency of the checkpoint with its config, seen from the MoE structure and the patterns.
+
+``resolve_catalog`` already reports per-tensor findings (missing or mis-shaped scales,
+scale tensors the config does not explain, packed shards resolving to different schemes,
+weights whose dtype contradicts the config). This module adds what needs the model facts or
+the whole config:
+
+- ``moe_structure_issues``: routed experts missing for a MoE layer, expert indices beyond
+  ``n_routed``, expert tensors on layers config.json declares dense, shared experts the config
+  does not declare (or missing ones);
+- ``unmatched_pattern_issues``: ``exclude`` / ``layer_quant_config`` / ``ignored_layers`` /
+  ``exclude_modules`` entries that match no module under any reading (exact, substring as
+  vLLM reads exact keys, ``fnmatch`` glob, ``re:`` regex) -- the "silently discarded" failure.
+
+Example::
+
+    moe_structure_issues(facts, cat.tensors, resolved.tensors)
+    # [Issue(severity="error", rule="moe_expert_missing",
+    #        tensor="model.layers.3.mlp.experts.7.down_proj.weight",
+    #        message="model.layers.3.mlp.experts: 1 routed expert weight(s) missing ...")]
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from checkpoint_tool.model import PROJS, ModelFacts, MoeLayerFacts
+from checkpoint_tool.quant.configs import (
+    DeepSeekFp8Config,
+    DeepSeekV4Config,
+    ModelOptConfig,
+    QuarkConfig,
+)
+from checkpoint_tool.report import Issue
+
+
+def _issue(rule: str, message: str, tensor: str | None, entries: Mapping[str, Any]) -> Issue:
+    entry = entries.get(tensor) if tensor else None
+    return Issue(
+        severity="error",
+        rule=rule,
+        tensor=tensor,
+        file=getattr(entry, "file", None),
+        message=message,
+    )
+
+
+_ROUTED_RE = re.compile(r"^([^\n]*?)\.experts\.(\d+|[A-Za-z_]\w*)", re.MULTILINE)
+_SHARED_RE = re.compile(r"^([^\n]*?)\.(shared_experts?)\.([^\n]*)$", re.MULTILINE)
+
+
+def scan_expert_tensors(names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """One pass over the names: MoE prefix -> routed expert indices, 3-D params, shared names.
+
+    ``model.layers.3.mlp.experts.7.w1.weight`` -> prefix ``model.layers.3.mlp``, index 7;
+    ``...mlp.shared_experts.gate_proj.weight`` -> prefix ``...mlp``, shared. The scan runs as
+    two regex passes over the joined names (C speed: ~90k names in tens of milliseconds).
+    """
+    text = "\n".join(names)
+    out: dict[str, dict[str, Any]] = {}
+    for prefix, head in set(_ROUTED_RE.findall(text)):
+        if prefix.endswith(".shared") or ".shared_expert" in prefix:
+            continue
+        g = out.setdefault(prefix, {"experts": set(), "fused": False, "shared": []})
+        if head.isdigit():
+            g["experts"].add(int(head))
+        else:
+            g["fused"] = True
+    for prefix, kind, rest in _SHARED_RE.findall(text):
+        g = out.setdefault(prefix, {"experts": set(), "fused": False, "shared": []})
+        g["shared"].append(f"{prefix}.{kind}.{rest}")
+    return out
+
+
+def moe_structure_issues(facts: ModelFacts, entries: Mapping[str, Any]) -> list[Issue]:
+    """Structural findings; ``entries`` maps tensor names to catalog entries (shape, file).
+
+    Routed experts of one layer cannot resolve to different schemes: vLLM resolves the
+    FusedMoE layer once (and ``resolve_catalog`` flags weights whose dtype disagrees)."""
+    issues: list[Issue] = []
+    scan = scan_expert_tensors(entries)
+    moe = {m.prefix: m for m in facts.moe_layers}
+    for prefix, g in sorted(scan.items()):
+        if prefix in moe:
+            continue
+        sample = min(g["shared"]) if not g["experts"] and not g["fused"] else None
+        what = "shared expert" if sample else "routed expert"
+        tensor = sample or _first_name(entries, f"{prefix}.experts.")
+        issues.append(
+            _issue(
+                "moe_layer_unexplained",
+                f"{prefix}: {what} tensors on a layer config.json does not declare as MoE "
+                f"({facts.family}: MoE layers are {_ranges(facts.moe_layer_indices)}); "
+                "fix config.json or drop the stale tensors",
+                tensor,
+                entries,
+            )
+        )
+    for layer in facts.moe_layers:
+        issues += _layer_issues(layer, scan.get(layer.prefix), entries)
+    return issues
+
+
+def _layer_issues(
+    layer: MoeLayerFacts,
+    g: dict[str, Any] | None,
+    entries: Mapping[str, Any],
+) -> list[Issue]:
+    issues: list[Issue] = []
+    routed = layer.routed_prefix
+    if layer.naming.routed_layout == "fused_3d":
+        for proj in ("gate", "down"):
+            name = layer.routed_weight(0, proj)
+            entry = entries.get(name)
+            if entry is None:
+                issues.append(
+                    _issue(
+                        "moe_expert_missing",
+                        f"{routed}: fused expert tensor {name!r} is missing",
+                        None,
+                        entries,
+                    )
+                )
+            elif len(entry.shape) != 3 or entry.shape[0] != layer.n_routed:
+                issues.append(
+                    _issue(
+                        "moe_expert_count",
+                        f"shape {list(entry.shape)} holds {entry.shape[0]} experts, config.json "
+                        f"says n_routed = {layer.n_routed}",
+                        name,
+                        entries,
+                    )
+                )
+    else:
+        missing = sorted(expected_routed_weights(layer) - entries.keys())
+        if missing:
+            issues.append(
+                _issue(
+                    "moe_expert_missing",
+                    f"{routed}: {len(missing)} routed expert weight(s) missing of "
+                    f"{layer.n_routed} experts (first: {missing[0]}); the checkpoint is "
+                    "incomplete or config.json's expert count is wrong",
+                    None,
+                    entries,
+                )
+            )
+    extra = sorted(e for e in (g or {}).get("experts", ()) if e >= layer.n_routed)
+    if extra:
+        tensor = _first_name(entries, f"{routed}.{extra[0]}.")
+        issues.append(
+            _issue(
+                "moe_expert_unexplained",
+                f"{routed}: expert index(es) {_ranges(extra)} beyond n_routed = "
+                f"{layer.n_routed} from config.json; they would be dropped",
+                tensor,
+                entries,
+            )
+        )
+    shared_names = (g or {}).get("shared", [])
+    if layer.n_shared == 0 and shared_names:
+        issues.append(
+            _issue(
+                "shared_expert_unexplained",
+                f"{layer.prefix}: shared expert tensors, but config.json declares no shared "
+                "experts; they would be dropped",
+                min(shared_names),
+                entries,
+            )
+        )
+    elif layer.n_shared > 0:
+        missing = [f"{m}.weight" for m in layer.shared_modules() if f"{m}.weight" not in entries]
+        if missing:
+            issues.append(
+                _issue(
+                    "shared_expert_missing",
+                    f"{layer.shared_prefix}: shared expert weight(s) missing "
+                    f"({', '.join(missing)}); config.json declares {layer.n_shared}",
+                    None,
+                    entries,
+                )
+            )
+    return issues
+
+
+def expected_routed_weights(layer: MoeLayerFacts) -> set[str]:
+    """Names of every per-expert routed weight the layer should have."""
+    base = layer.routed_prefix
+    leaves = sorted({layer.routed_module(0, p).rsplit(".", 1)[1] for p in PROJS})
+    return {f"{base}.{e}.{leaf}.weight" for e in range(layer.n_routed) for leaf in leaves}
+
+
+# -- config patterns -------------------------------------------------------------------------
+
+
+def config_patterns(qconfig: Any) -> list[tuple[str, str]]:
+    """``(where, pattern)`` for every name pattern of a config, e.g. ``("exclude", "lm_head")``."""
+    if isinstance(qconfig, QuarkConfig):
+        return [("exclude", p) for p in qconfig.exclude] + [
+            ("layer_quant_config", p) for p in qconfig.layer_quant_config
+        ]
+    if isinstance(qconfig, (DeepSeekFp8Config, DeepSeekV4Config)):
+        return [("ignored_layers", p) for p in qconfig.ignored]
+    if isinstance(qconfig, ModelOptConfig):
+        return [("exclude_modules", p) for p in qconfig.exclude_modules]
+    return []
+
+
+_FUSED_NAMES = {
+    "gate_proj": "gate_up_proj",
+    "up_proj": "gate_up_proj",
+    "w1": "gate_up_proj",
+    "w3": "gate_up_proj",
+    "q_proj": "qkv_proj",
+    "k_proj": "qkv_proj",
+    "v_proj": "qkv_proj",
+    "q_a_proj": "fused_qkv_a_proj",
+    "kv_a_proj_with_mqa": "fused_qkv_a_proj",
+}
+
+
+def layer_names(names: Iterable[str]) -> set[str]:
+    """Every layer a pattern could name: the module of each tensor, the FusedMoE layer of
+    routed experts (``X.experts``) and vLLM's fused names (``X.gate_up_proj`` for
+    ``X.gate_proj``, ``X.qkv_proj``, ...)."""
+    out: set[str] = set()
+    for name in names:
+        module = name.rsplit(".", 1)[0] if "." in name else name
+        if module in out:
+            continue
+        out.add(module)
+        parent, _, leaf = module.rpartition(".")
+        if leaf in _FUSED_NAMES:
+            out.add(f"{parent}.{_FUSED_NAMES[leaf]}")
+        i = module.find(".experts.")
+        if i >= 0:
+            out.add(module[: i + 8])
+    return out
+
+
+def pattern_matches_any(pattern: str, layers: set[str], ordered: list[str]) -> bool:
+    """Does ``pattern`` name at least one layer under any reading of it (exact, vLLM's
+    "layer name is a substring of the key", fnmatch glob, ``re:`` regex)?"""
+    if pattern.startswith("re:"):
+        try:
+            rx = re.compile(pattern[3:])
+        except re.error:
+            return False
+        return any(rx.match(m) for m in ordered)
+    if pattern in layers:
+        return True
+    if any(ch in pattern for ch in "*?["):
+        rx = re.compile(fnmatch.translate(pattern))
+        return any(rx.match(m) for m in ordered)
+    parts = pattern.split(".")
+    return any(".".join(parts[:k]) in layers for k in range(len(parts) - 1, 0, -1))
+
+
+def unmatched_pattern_issues(qconfig: Any, names: Iterable[str], where: str) -> list[Issue]:
+    """A warning for each config pattern that names no module of the checkpoint."""
+    patterns = config_patterns(qconfig)
+    if not patterns:
+        return []
+    layers = layer_names(names)
+    ordered = sorted(layers)
+    issues = []
+    for field, pattern in patterns:
+        if not pattern_matches_any(pattern, layers, ordered):
+            issues.append(
+                Issue(
+                    severity="warning",
+                    rule="pattern_unmatched",
+                    file=where,
+                    message=f"{field} entry {pattern!r} matches no module of the checkpoint; "
+                    "its setting applies to nothing (stale entry, or a rename that lost it)",
+                )
+            )
+    return issues
+
+
+def _first_name(entries: Mapping[str, Any], prefix: str) -> str | None:
+    for name in entries:
+        if name.startswith(prefix):
+            return name
+    return None
+
+
+def _ranges(values: Iterable[int]) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"``."""
+    vals = sorted(set(values))
+    if not vals:
+        return "none"
+    out, start, prev = [], vals[0], vals[0]
+    for v in [*vals[1:], None]:
+        if v is not None and v == prev + 1:
+            prev = v
+            continue
+        out.append(f"{start}-{prev}" if prev > start else f"{start}")
+        if v is not None:
+            start = prev = v
+    return ", ".join(out)

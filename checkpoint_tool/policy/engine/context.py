@@ -1,0 +1,131 @@
+"""What every engine rule check may look at, computed once and lazily.
+
+``EngineContext`` holds the catalog (headers only), the raw ``quantization_config`` dict (as
+the engine reads it, before ckpt's pydantic models normalise it), the parsed config (None
+when ckpt cannot parse it), the model facts, the policy report, the target and the serving
+options. ``resolved`` (every tensor's scheme) and ``vllm_layers`` are computed on first use.
+
+Example::
+
+    ctx = EngineContext.build(catalog, policy, target, tp=2, moe_backend="marlin")
+    ctx.is_quark, ctx.moe_layer_prefixes()[:1]
+    # (True, ['model.layers.1.mlp.experts'])
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+from checkpoint_tool.errors import CkptError
+from checkpoint_tool.model import ModelFacts, model_facts
+from checkpoint_tool.quant.configs import QuarkConfig
+from checkpoint_tool.quant.configs.names import expert_parts, non_linear_reason
+from checkpoint_tool.quant.resolve import ResolvedCatalog, load_quant_config, resolve_catalog
+
+from .model import Target
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """How the engine is asked to run the checkpoint."""
+
+    tp: int = 1
+    moe_backend: str | None = None
+    ep: bool = False
+    eplb: bool = False
+    all2all: str | None = None
+
+
+@dataclass
+class EngineContext:
+    catalog: Any
+    target: Target
+    options: ServeOptions
+    policy: Any = None
+    config: dict = field(default_factory=dict)
+    #: quantization_config exactly as config.json holds it (None when absent)
+    raw_qc: dict | None = None
+    qconfig: Any = None
+    #: why ckpt could not parse the quantization config (the engine may still try)
+    qconfig_error: str | None = None
+
+    @classmethod
+    def build(
+        cls, catalog: Any, policy: Any, target: Target, options: ServeOptions
+    ) -> EngineContext:
+        config = catalog.config or {}
+        raw = config.get("quantization_config") if isinstance(config, dict) else None
+        ctx = cls(
+            catalog=catalog,
+            target=target,
+            options=options,
+            policy=policy,
+            config=config if isinstance(config, dict) else {},
+            raw_qc=raw if isinstance(raw, dict) else None,
+        )
+        try:
+            ctx.qconfig = load_quant_config(ctx.config, getattr(catalog, "hf_quant_config", None))
+        except CkptError as exc:
+            ctx.qconfig_error = exc.message
+        return ctx
+
+    # -- derived facts -----------------------------------------------------------------------
+
+    @property
+    def is_quark(self) -> bool:
+        return isinstance(self.qconfig, QuarkConfig)
+
+    @functools.cached_property
+    def resolved(self) -> ResolvedCatalog | None:
+        """Every tensor's scheme with vLLM's name matching (None when the config is unreadable)."""
+        if self.qconfig is None:
+            return None
+        return resolve_catalog(self.catalog)
+
+    @functools.cached_property
+    def facts(self) -> ModelFacts | None:
+        try:
+            return model_facts(self.config, self.catalog.tensors)
+        except CkptError:
+            return None
+
+    @functools.cached_property
+    def linear_modules(self) -> list[str]:
+        """Checkpoint modules holding a quantizable ``.weight`` (sorted)."""
+        out = set()
+        for name in self.catalog.tensors:
+            if not name.endswith(".weight"):
+                continue
+            module = name[: -len(".weight")]
+            if non_linear_reason(module) is None:
+                out.add(module)
+        return sorted(out)
+
+    @functools.cached_property
+    def vllm_layers(self) -> dict[str, list[str]]:
+        """vLLM layer -> the checkpoint modules it loads: routed experts of a layer go to one
+        FusedMoE layer (``X.experts``), every other module is its own layer here (packed
+        shards are checked by ``resolve_catalog``)."""
+        out: dict[str, list[str]] = {}
+        for module in self.linear_modules:
+            parts = expert_parts(module)
+            key = parts[0] if parts else module
+            out.setdefault(key, []).append(module)
+        return out
+
+    def moe_layer_index(self, prefix: str) -> int | None:
+        """``model.layers.3.mlp.experts`` -> 3 (the MoE layer facts' index), else None."""
+        facts = self.facts
+        if facts is None:
+            return None
+        for m in facts.moe_layers:
+            if m.routed_prefix == prefix:
+                return m.layer
+        return None
+
+    def is_moe_layer(self, layer: str) -> bool:
+        """Is this vLLM layer a FusedMoE layer (routed experts)?"""
+        modules = self.vllm_layers.get(layer) or []
+        return bool(modules) and expert_parts(modules[0]) is not None

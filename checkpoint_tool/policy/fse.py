@@ -1,0 +1,144 @@
+"""Per-layer FSE decisions from the gates, the ``--fse`` mode and the parallelism flags.
+
+Order for one MoE layer: no shared experts -> not applicable; ``--fse off`` -> disabled;
+vLLM's gate (``fse_gates``) -> ckpt's layout check (``fse_layout``) -> enabled, the shared
+chunk ``j`` going to routed slot ``n_routed + j``. Decisions are per layer: a model may fuse
+some layers and not others.
+
+Then one model-wide rule: with expert parallelism (``--ep``), the EP load balancer
+(``--eplb``) or the ``nixl_ep`` all-to-all backend, a layer mix is not supported (the EP
+expert map needs one physical expert count for every layer, as in the reference engine). With
+``--fse auto`` the mix is resolved by disabling FSE everywhere (a warning); with ``--fse on``
+it is an error, as is any layer that cannot fuse.
+
+Example::
+
+    decide_layer(layer, gate=OK, layout=OK, mode="auto")
+    # FseDecision(enabled=True, code="ok", source="none", slots=[256], chunk_size=2048)
+"""
+
+from __future__ import annotations
+
+import re
+
+from checkpoint_tool.model import MoeLayerFacts
+from checkpoint_tool.policy.fse_gates import GateResult
+from checkpoint_tool.policy.report import FseDecision, FseMode
+from checkpoint_tool.report import Issue
+
+OPTION_REASONS: dict[str, str] = {
+    "no_shared_experts": "the layer has no shared experts",
+    "fse_off": "fused shared experts are turned off (--fse off)",
+    "parallel_mixed": (
+        "mixed per-layer FSE is not supported with {flags}: {n_on} enabled and {n_off} "
+        "disabled layers, so FSE is off on every layer"
+    ),
+}
+
+
+def decide_layer(
+    layer: MoeLayerFacts, *, gate: GateResult, layout: GateResult, mode: FseMode
+) -> FseDecision:
+    """The FSE decision for one layer (before the model-wide parallelism rule)."""
+    if layer.n_shared <= 0:
+        return _off("no_shared_experts", OPTION_REASONS["no_shared_experts"], {}, "none")
+    if mode == "off":
+        return _off("fse_off", OPTION_REASONS["fse_off"], {}, "option")
+    for verdict, source in ((gate, "vllm"), (layout, "ckpt")):
+        if not verdict.compatible:
+            return _off(verdict.code, verdict.template or verdict.code, verdict.params, source)
+    return FseDecision(
+        enabled=True,
+        code="ok",
+        source="none",
+        slots=[layer.n_routed + j for j in range(layer.n_shared)],
+        chunk_size=layer.shared_chunk_size,
+    )
+
+
+def _off(code: str, template: str, params: dict[str, str], source: str) -> FseDecision:
+    """A disabled decision. ``reason_template`` is the reason with the layer index in the
+    prefix written ``N`` (``... at model.layers.N.mlp.shared_experts``), so layers that fail
+    for the same reason share one line in the summary."""
+    generic = dict(params)
+    if "prefix" in generic:
+        generic["prefix"] = generic_prefix(generic["prefix"])
+    return FseDecision(
+        enabled=False,
+        code=code,
+        reason=template.format(**params),
+        reason_template=template.format(**generic),
+        source=source,  # type: ignore[arg-type]
+    )
+
+
+def generic_prefix(prefix: str) -> str:
+    """``model.layers.3.mlp.shared_experts`` -> ``model.layers.N.mlp.shared_experts``."""
+    return re.sub(r"(^|\.)\d+(\.|$)", r"\1N\2", prefix, count=1)
+
+
+def parallel_flags(*, ep: bool, eplb: bool, all2all: str | None) -> list[str]:
+    """The options under which mixed per-layer FSE is rejected, as the user spelled them."""
+    flags = []
+    if ep:
+        flags.append("--ep")
+    if eplb:
+        flags.append("--eplb")
+    if all2all == "nixl_ep":
+        flags.append("--all2all nixl_ep")
+    return flags
+
+
+def apply_model_rules(
+    decisions: dict[int, FseDecision],
+    *,
+    mode: FseMode,
+    ep: bool,
+    eplb: bool,
+    all2all: str | None,
+) -> tuple[dict[int, FseDecision], list[Issue]]:
+    """Apply the model-wide rules: parallelism flags against a layer mix, and ``--fse on``."""
+    issues: list[Issue] = []
+    applicable = {k: d for k, d in decisions.items() if d.code != "no_shared_experts"}
+    on = sorted(k for k, d in applicable.items() if d.enabled)
+    off = sorted(k for k, d in applicable.items() if not d.enabled)
+    flags = parallel_flags(ep=ep, eplb=eplb, all2all=all2all)
+    out = dict(decisions)
+    if flags and on and off:
+        params = {"flags": ", ".join(flags), "n_on": str(len(on)), "n_off": str(len(off))}
+        text = OPTION_REASONS["parallel_mixed"].format(**params)
+        if mode == "on":
+            issues.append(
+                Issue(
+                    severity="error",
+                    rule="fse_mixed_under_parallelism",
+                    message=f"--fse on: {text}; layers {on} can fuse, layers {off} cannot; "
+                    f"drop {', '.join(flags)} or use --fse auto",
+                )
+            )
+        else:
+            issues.append(
+                Issue(
+                    severity="warning",
+                    rule="fse_mixed_under_parallelism",
+                    message=f"{text}; layers {on} could fuse on their own (drop "
+                    f"{', '.join(flags)} to fuse them)",
+                )
+            )
+        for k in on:
+            out[k] = _off("parallel_mixed", OPTION_REASONS["parallel_mixed"], params, "option")
+    if mode == "on":
+        groups: dict[str, list[int]] = {}
+        for k, d in sorted(decisions.items()):
+            if d.code not in ("no_shared_experts", "ok") and not d.enabled:
+                groups.setdefault(d.reason_template or d.code, []).append(k)
+        for template, layers in groups.items():
+            issues.append(
+                Issue(
+                    severity="error",
+                    rule="fse_required",
+                    message=f"--fse on: MoE layer(s) {layers} cannot fuse their shared "
+                    f"experts: {template}",
+                )
+            )
+    return out, issues

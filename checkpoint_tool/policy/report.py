@@ -1,0 +1,173 @@
+"""``PolicyReport``: the per-layer policy of a checkpoint, the JSON of ``ckpt inspect``.
+
+Stable and documented (``docs/inspect.md``, JSON Schema in
+``docs/schemas/policy-report.schema.json``). Shape::
+
+    {"model": {"family": "deepseek_v3", "quant_method": "quark", ...},
+     "tp": 2, "ep": false, "eplb": false, "all2all": null, "fse_mode": "auto",
+     "moe_layers": [{"layer": 3, "prefix": "model.layers.3.mlp",
+                     "routed": {"scheme": "mxfp4/32", ...},
+                     "shared": {"scheme": "fp8_block[128,128]", ...} | null,
+                     "fse": {"enabled": false, "code": "quark_different_configs",
+                             "reason": "Quark uses different ... at model.layers.3.mlp.shared_experts"},
+                     "intermediate": {"size": 160, "per_rank": 80, "padded_per_rank": 96, ...}}],
+     "summary": {"fse_enabled_layers": [1, 2], "fse_disabled_layers": [3],
+                 "reasons": {"Quark uses different ... at {prefix}": [3]}, "text": "..."},
+     "issues": [{"severity": "error", "tensor": "...", "rule": "...", "message": "..."}]}
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from checkpoint_tool.report import Issue
+
+FseMode = Literal["auto", "on", "off"]
+
+#: version of the JSON shape; bump on incompatible changes
+SCHEMA_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelSummary(_Model):
+    """What the model is, as far as the policy is concerned."""
+
+    family: str
+    model_type: str | None = None
+    hidden_size: int
+    num_hidden_layers: int
+    num_mtp_layers: int = 0
+    num_moe_layers: int
+    #: quantization config family: "none" | "deepseek_fp8" | "quark" | "modelopt" | "deepseek_v4"
+    quant_method: str
+    quant_summary: str = ""
+    tensors: int = 0
+    files: int = 0
+    #: bytes of tensor data described by the headers (never read)
+    data_bytes: int = 0
+    #: bytes actually read to build the report (headers and JSON side files)
+    header_bytes_read: int = 0
+    notes: list[str] = Field(default_factory=list)
+
+
+class ExpertSchemes(_Model):
+    """The scheme a set of experts (routed, or the shared expert) is stored in."""
+
+    #: compact label, e.g. "mxfp4/32", "fp8_block[128,128]", "unquantized"
+    scheme: str
+    format: str
+    #: the config rule that decided it (vLLM semantics), e.g. "vllm: global_quant_config"
+    rule: str = ""
+    #: per projection when they differ ("gate"/"up"/"down" -> label), else empty
+    per_projection: dict[str, str] = Field(default_factory=dict)
+    #: storage layout: per_expert | per_expert_gate_up | fused_3d (routed); single | indexed
+    layout: str
+    #: module prefix, e.g. "model.layers.3.mlp.experts"
+    prefix: str
+    count: int
+    width: int
+
+
+class FseDecision(_Model):
+    """May this layer's shared expert(s) become routed slots ``n_routed + j``?"""
+
+    enabled: bool
+    #: stable id of the decision, e.g. "ok", "quark_excludes_shared", "no_shared_experts"
+    code: str
+    #: the reason in the engine's words (exact vLLM strings for vLLM gates); None when enabled
+    reason: str | None = None
+    #: ``reason`` with the layer-specific part as ``{prefix}``; groups layers in the summary
+    reason_template: str | None = None
+    #: who says so: "vllm" (mirrors is_shared_expert_quant_fse_compatible), "ckpt" (layout
+    #: checks of this tool), "option" (--fse / --ep / --eplb / --all2all)
+    source: Literal["vllm", "ckpt", "option", "none"] = "none"
+    #: routed slot index of each shared chunk when enabled, e.g. [256] or [64, 65]
+    slots: list[int] = Field(default_factory=list)
+    #: width of one shared chunk (= one appended routed expert)
+    chunk_size: int = 0
+
+
+class TpGeometry(_Model):
+    """How an expert intermediate dimension splits over ``tp`` ranks.
+
+    ``per_rank`` is vLLM's floor division ``size // tp``; it must be a multiple of
+    ``alignment`` (group 32 MXFP4, 16 NVFP4, 128 block FP8, ...). When not, ``pad_to`` is the
+    smallest total size whose per-rank share is aligned and ``padded_per_rank`` that share.
+    """
+
+    size: int
+    tp: int
+    alignment: int
+    #: which scheme/projection set the alignment, e.g. "down_proj mxfp4/32 (input groups)"
+    alignment_from: str = ""
+    per_rank: int
+    divisible: bool
+    aligned: bool
+    padded_per_rank: int
+    pad_to: int
+
+
+class MoeLayerPolicy(_Model):
+    """Everything decided for one MoE layer."""
+
+    layer: int
+    prefix: str
+    is_mtp: bool = False
+    n_routed: int
+    n_shared: int
+    top_k: int = 0
+    routed: ExpertSchemes
+    shared: ExpertSchemes | None = None
+    fse: FseDecision
+    #: the routed intermediate (shared chunks included when fused)
+    intermediate: TpGeometry
+    #: the shared MLP when it stays a separate TP-split linear (not fused); else None
+    shared_intermediate: TpGeometry | None = None
+
+
+class PolicySummary(_Model):
+    """The per-layer decisions folded into lists, in the reference engine's words."""
+
+    fse_enabled_layers: list[int] = Field(default_factory=list)
+    fse_disabled_layers: list[int] = Field(default_factory=list)
+    #: layers without shared experts (FSE does not apply)
+    fse_not_applicable_layers: list[int] = Field(default_factory=list)
+    #: each distinct skip reason (template with ``{prefix}``) -> the layers it applies to
+    reasons: dict[str, list[int]] = Field(default_factory=dict)
+    #: layers whose routed (or shared) intermediate needs padding for this --tp
+    padded_layers: list[int] = Field(default_factory=list)
+    #: ``fused shared experts: enabled on MoE layer(s) [1, 2]; disabled on MoE layer(s) [3]``
+    text: str = ""
+    errors: int = 0
+    warnings: int = 0
+
+
+class PolicyReport(_Model):
+    """The JSON of ``ckpt inspect --format json``; see ``docs/inspect.md``."""
+
+    schema_version: int = SCHEMA_VERSION
+    source: str = ""
+    model: ModelSummary
+    tp: int = 1
+    ep: bool = False
+    eplb: bool = False
+    all2all: str | None = None
+    fse_mode: FseMode = "auto"
+    moe_layers: list[MoeLayerPolicy] = Field(default_factory=list)
+    summary: PolicySummary
+    issues: list[Issue] = Field(default_factory=list)
+
+    @property
+    def has_errors(self) -> bool:
+        return any(i.severity == "error" for i in self.issues)
+
+    def layer(self, index: int) -> MoeLayerPolicy | None:
+        for m in self.moe_layers:
+            if m.layer == index:
+                return m
+        return None
