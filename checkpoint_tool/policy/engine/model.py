@@ -137,11 +137,12 @@ class RuleSpec(_Frozen):
     ) -> EngineFinding:
         """The finding with ``params`` filled into the message and upstream templates."""
         mods = sorted(set(modules or []))
+        fmt = {"layers": sorted(set(layers or [])), **params}
         return EngineFinding(
             rule=self.id,
             severity=severity or self.severity,
-            message=self.message.format(**params),
-            upstream=self.upstream.format(**params) if self.upstream else None,
+            message=self.message.format(**fmt),
+            upstream=self.upstream.format(**fmt) if self.upstream else None,
             source=self.source,
             modules=mods[:MAX_LISTED],
             modules_total=len(mods),

@@ -1,0 +1,210 @@
+"""Name-matching rules: config patterns whose meaning differs between Quark and vLLM.
+
+Per module, ``QuarkConfig.producer_match`` says which pattern decided it when Quark wrote the
+file and ``QuarkConfig.vllm_match`` which one decides it in vLLM. A pattern whose set of
+decided modules differs between the two readings is reported with the modules concerned and
+why (``re:`` keys, keys without ``*`` matching as substrings, ``exclude`` globs,
+``layer_type_quant_config``, routed experts resolved per FusedMoE layer); it is an error when
+the affected modules' storage differs from what vLLM will build. A pattern that decides no
+module under either reading is reported as matching nothing.
+
+Routed experts: vLLM decides per FusedMoE layer, so per layer only experts 0, the last one
+and those a pattern names literally (``experts.7.``) are evaluated (90k-tensor checkpoints
+stay fast); a glob that singles out other experts is not seen.
+
+Example::
+
+    check_names(ctx, rules)
+    # [EngineFinding(rule='name_pattern_differs', message="layer_quant_config entry
+    #   're:.*shared_experts.*': vLLM's Quark matcher reads `re:` keys literally ...")]
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from checkpoint_tool.quant.configs.names import expert_parts
+from checkpoint_tool.quant.resolve import scheme_differences
+
+from .checks_schemes import matched_key
+from .context import EngineContext
+from .model import EngineFinding, RuleSpec
+
+NAME_RULES = ("name_pattern_differs", "name_pattern_changes_storage", "name_pattern_unmatched")
+
+_EXCLUDE_RE = re.compile(r"exclude ('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\") \(")
+_EXPERT_IDX_RE = re.compile(r"experts\.(\d+)\.")
+_GLOB_CHARS = "*?["
+
+Pattern = tuple[str, str | None]
+
+
+def winner(qconfig: Any, module: str, semantics: str) -> Pattern:
+    """``(field, pattern)`` that decided ``module``: ``("exclude", "lm_head")``,
+    ``("layer_quant_config", "*self_attn*")``, ``("global_quant_config", None)``."""
+    match = qconfig.vllm_match if semantics == "vllm" else qconfig.producer_match
+    spec, rule = match(module)
+    field, key = matched_key(qconfig, spec)
+    if field == "exclude":
+        m = _EXCLUDE_RE.search(rule)
+        key = ast.literal_eval(m.group(1)) if m else None
+    return field, key
+
+
+def sampled_modules(ctx: EngineContext, patterns: list[Pattern]) -> list[str]:
+    """Modules to evaluate: every non-expert module; per FusedMoE layer experts 0, the last,
+    and every expert index a pattern names."""
+    named = {int(i) for _, p in patterns if p for i in _EXPERT_IDX_RE.findall(p)}
+    by_layer: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
+    out: list[str] = []
+    for module in ctx.linear_modules:
+        parts = expert_parts(module)
+        if parts is None:
+            out.append(module)
+        else:
+            by_layer[parts[0]][parts[1]].append(module)
+    for experts in by_layer.values():
+        keep = {min(experts), max(experts)} | (named & experts.keys())
+        for e in sorted(keep):
+            out.extend(experts[e])
+    return out
+
+
+def other_modules(ctx: EngineContext) -> list[str]:
+    """Modules with a ``.weight`` that are not quantizable linears (routers, norms, heads)."""
+    linear = set(ctx.linear_modules)
+    names = (n[: -len(".weight")] for n in ctx.catalog.tensors if n.endswith(".weight"))
+    return sorted({m for m in names if m not in linear})
+
+
+def config_patterns(qconfig: Any) -> list[Pattern]:
+    """Every name pattern of a Quark config, in config order."""
+    return (
+        [("exclude", p) for p in qconfig.exclude]
+        + [("layer_quant_config", k) for k in qconfig.layer_quant_config]
+        + [("layer_type_quant_config", k) for k in qconfig.layer_type_quant_config]
+    )
+
+
+def why_differs(field: str, pattern: str, affected: list[str]) -> str:
+    """Why Quark and vLLM read ``pattern`` differently (the first reason that fits)."""
+    experts = any(expert_parts(m) for m in affected)
+    if field == "layer_type_quant_config":
+        return "vLLM never applies layer_type_quant_config (it looks up a class among string keys)"
+    if field == "layer_quant_config" and pattern.startswith("re:"):
+        return (
+            "vLLM's Quark matcher reads `re:` keys literally (only the DeepSeek-V4 FSE gate "
+            "understands them)"
+        )
+    if (
+        field == "exclude"
+        and not pattern.startswith("re:")
+        and any(c in pattern for c in _GLOB_CHARS)
+    ):
+        return "vLLM's exclude takes exact names and `re:` regexes, not globs"
+    if field == "exclude" and experts:
+        return "vLLM matches exclude against the FusedMoE layer name, not per-expert modules"
+    if field == "layer_quant_config" and "*" not in pattern:
+        return "vLLM matches a key without `*` wherever the layer name is a substring of the key"
+    if experts:
+        return "vLLM resolves routed experts once per FusedMoE layer, Quark per expert module"
+    return "an earlier entry shadows it under one of the two readings"
+
+
+def check_names(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFinding]:
+    """Findings of the name-matching rules active in ``rules``."""
+    if not ctx.is_quark:
+        return []
+    qconfig = ctx.qconfig
+    patterns = config_patterns(qconfig)
+    if not patterns:
+        return []
+    producer: dict[Pattern, set[str]] = defaultdict(set)
+    vllm: dict[Pattern, set[str]] = defaultdict(set)
+    sample = sampled_modules(ctx, patterns)
+    linear = set(sample)
+    for module in sample:
+        producer[winner(qconfig, module, "producer")].add(module)
+        vllm[winner(qconfig, module, "vllm")].add(module)
+    idle = [p for p in dict.fromkeys(patterns) if not producer.get(p) and not vllm.get(p)]
+    if idle:
+        # routers, norms, MTP heads: excluded by name although never quantized
+        for module in other_modules(ctx):
+            for sem, found in (("producer", producer), ("vllm", vllm)):
+                found[winner(qconfig, module, sem)].add(module)
+    out: list[EngineFinding] = []
+    seen: set[Pattern] = set()
+    for pat in patterns:
+        if pat in seen:
+            continue
+        seen.add(pat)
+        field, pattern = pat
+        p_set, v_set = producer.get(pat, set()), vllm.get(pat, set())
+        if not p_set and not v_set:
+            if "name_pattern_unmatched" in rules:
+                out.append(rules["name_pattern_unmatched"].finding(field=field, pattern=pattern))
+            continue
+        p_set = {m for m in p_set if m in linear}
+        v_set = {m for m in v_set if m in linear}
+        if p_set == v_set:
+            continue
+        out += _differs(ctx, rules, field, pattern or "", p_set, v_set)
+    return out
+
+
+def _differs(
+    ctx: EngineContext,
+    rules: dict[str, RuleSpec],
+    field: str,
+    pattern: str,
+    p_set: set[str],
+    v_set: set[str],
+) -> list[EngineFinding]:
+    affected = sorted(p_set ^ v_set)
+    diffs = scheme_differences(ctx.qconfig, affected)
+    changed = sorted(d.module for d in diffs)
+    rule_id = "name_pattern_changes_storage" if changed else "name_pattern_differs"
+    if rule_id not in rules:
+        return []
+    sample = diffs[0] if diffs else None
+    vllm_scheme = sample.vllm.short() if sample else _scheme(ctx, affected[0], "vllm")
+    producer_scheme = sample.producer.short() if sample else _scheme(ctx, affected[0], "producer")
+    layers = sorted(
+        {
+            i
+            for m in affected
+            if (p := expert_parts(m)) and (i := ctx.moe_layer_index(p[0])) is not None
+        }
+    )
+    return [
+        rules[rule_id].finding(
+            modules=changed or affected,
+            layers=layers,
+            field=field,
+            pattern=pattern,
+            why=why_differs(field, pattern, affected),
+            n_producer=len(p_set),
+            n_vllm=len(v_set),
+            n_affected=len(changed or affected),
+            vllm_scheme=vllm_scheme,
+            producer_scheme=producer_scheme,
+            details={
+                "field": field,
+                "pattern": pattern,
+                "quark_modules": len(p_set),
+                "vllm_modules": len(v_set),
+            },
+        )
+    ]
+
+
+def _scheme(ctx: EngineContext, module: str, semantics: str) -> str:
+    q = ctx.qconfig
+    return (q.scheme_for(module) if semantics == "vllm" else q.producer_scheme_for(module)).short()
+
+
+CHECKS: dict[str, Callable[..., list[EngineFinding]]] = {}

@@ -1,0 +1,146 @@
+"""TP-geometry rules: how vLLM splits each MoE layer's expert intermediate over ``--tp``.
+
+vLLM gives each rank ``I // tp`` (``divide`` asserts ``I % tp == 0``); with ``--ep`` the experts
+are not TP-split (tp 1 for experts). Per routed scheme:
+
+- block FP8 (DeepSeek ``Fp8Config`` or Quark per_block): the per-rank size must be a multiple
+  of ``block_n`` (gate/up rows) and, when tp > 1, of ``block_k`` (down columns) -- the two
+  ``ValueError`` messages of ``Fp8MoEMethod.create_weights``;
+- MXFP4 / NVFP4: a multiple of the scale group (32 / 16), else weights and scales are narrowed
+  out of step (silent); MXFP4 backends further round the per-rank size up
+  (``mxfp4_round_up_hidden_size_and_intermediate_size``, values per backend in the target).
+
+Layers with the same geometry are folded into one finding.
+
+Example::
+
+    check_tp(ctx, rules)   # tp=8, I=2048 block FP8 -> no finding; I=1536 -> tp_fp8_block_gate_up
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from checkpoint_tool.quant.scheme import WeightFormat
+
+from .context import EngineContext
+from .model import EngineFinding, RuleSpec
+
+TP_RULES = (
+    "tp_intermediate_not_divisible",
+    "tp_fp8_block_gate_up",
+    "tp_fp8_block_down",
+    "tp_fp4_group_split",
+    "tp_mxfp4_backend_round_up",
+    "tp_moe_backend_unknown",
+)
+
+
+def round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _routed_scheme(ctx: EngineContext, layer: Any) -> Any:
+    rc = ctx.resolved
+    if rc is None:
+        return None
+    t = rc.tensors.get(layer.routed_weight(0, "down"))
+    return t.scheme if t is not None else None
+
+
+def _layer_groups(ctx: EngineContext) -> dict[tuple, list[int]]:
+    """(size, moe_tp, format, block, group) -> MoE layer indices."""
+    facts = ctx.facts
+    if facts is None:
+        return {}
+    moe_tp = 1 if ctx.options.ep else max(1, ctx.options.tp)
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for layer in facts.moe_layers:
+        scheme = _routed_scheme(ctx, layer)
+        fmt = scheme.format if scheme is not None else WeightFormat.UNQUANTIZED
+        key = (
+            layer.moe_intermediate_size,
+            moe_tp,
+            fmt,
+            scheme.block if scheme is not None else None,
+            scheme.group_size if scheme is not None else None,
+        )
+        groups[key].append(layer.layer)
+    return groups
+
+
+def check_tp(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFinding]:
+    """Findings of the TP-geometry rules active in ``rules``."""
+    out: list[EngineFinding] = []
+    backend = ctx.options.moe_backend
+    table = ctx.target.mxfp4_round_up
+    if backend is not None and backend not in table and "tp_moe_backend_unknown" in rules:
+        out.append(
+            rules["tp_moe_backend_unknown"].finding(
+                backend=backend, expected=sorted(table), target=ctx.target.name
+            )
+        )
+    for (size, tp, fmt, block, group), layers in sorted(_layer_groups(ctx).items(), key=str):
+        per_rank = size // tp
+        p = {"layers": layers, "size": size, "tp": tp, "per_rank": per_rank}
+        if size % tp:
+            if "tp_intermediate_not_divisible" in rules:
+                out.append(rules["tp_intermediate_not_divisible"].finding(layers=layers, **p))
+            continue
+        if fmt is WeightFormat.FP8_BLOCK and block:
+            bn, bk = block
+            if per_rank % bn and "tp_fp8_block_gate_up" in rules:
+                out.append(rules["tp_fp8_block_gate_up"].finding(layers=layers, block_n=bn, **p))
+            if tp > 1 and per_rank % bk and "tp_fp8_block_down" in rules:
+                out.append(rules["tp_fp8_block_down"].finding(layers=layers, block_k=bk, **p))
+        if fmt in (WeightFormat.MXFP4, WeightFormat.NVFP4) and group:
+            if per_rank % group and "tp_fp4_group_split" in rules:
+                pad_to = round_up(size, tp * group)
+                out.append(
+                    rules["tp_fp4_group_split"].finding(
+                        layers=layers,
+                        scheme=fmt.value,
+                        group=group,
+                        pad_to=pad_to,
+                        details={"pad_to": pad_to, "padded_per_rank": pad_to // tp},
+                        **p,
+                    )
+                )
+        if fmt is WeightFormat.MXFP4 and "tp_mxfp4_backend_round_up" in rules:
+            out += _round_up_finding(ctx, rules["tp_mxfp4_backend_round_up"], layers, per_rank)
+    return out
+
+
+def _round_up_finding(
+    ctx: EngineContext, rule: RuleSpec, layers: list[int], per_rank: int
+) -> list[EngineFinding]:
+    table = dict(ctx.target.mxfp4_round_up)
+    backend = ctx.options.moe_backend
+    if backend is not None:
+        if backend not in table:
+            return []
+        padded = round_up(per_rank, table[backend])
+        if padded == per_rank:
+            detail = f"--moe-backend {backend} keeps it (multiple of {table[backend]})"
+        else:
+            extra = 100.0 * (padded - per_rank) / per_rank
+            detail = (
+                f"--moe-backend {backend} rounds it up to {padded} (multiple of "
+                f"{table[backend]}): {extra:.0f}% more expert weight memory and GEMM work"
+            )
+        details = {"backend": backend, "padded_per_rank": padded}
+    else:
+        padded_by = {b: round_up(per_rank, m) for b, m in sorted(table.items())}
+        rocm = round_up(per_rank, ctx.target.mxfp4_round_up_rocm_default)
+        padding = {b: v for b, v in padded_by.items() if v != per_rank}
+        if not padding and rocm == per_rank:
+            return []
+        parts = [f"{b} {v}" for b, v in padding.items()] + [f"ROCm default {rocm}"]
+        detail = "backends pad it to " + ", ".join(parts) + " (pick one with --moe-backend)"
+        details = {"padded_per_rank_by_backend": padded_by, "rocm_default": rocm}
+    return [rule.finding(layers=layers, per_rank=per_rank, detail=detail, details=details)]
+
+
+CHECKS: dict[str, Callable[..., list[EngineFinding]]] = {}
