@@ -77,10 +77,16 @@ class Encoding:
 
     def tensors(self, module: str, out: int, inp: int) -> list[tuple[str, str, tuple, str]]:
         """``(name, dtype, shape, role)`` of every storage tensor of ``module``."""
-        return [
-            (f"{module}.{p.suffix}", p.dtype, p.shape_for(out, inp), p.role) for p in self.parts
-        ]
+        key = (self.key, out, inp)
+        parts = _PARTS_CACHE.get(key)
+        if parts is None:
+            parts = tuple((p.suffix, p.dtype, p.shape_for(out, inp), p.role) for p in self.parts)
+            _PARTS_CACHE[key] = parts
+        return [(f"{module}.{sfx}", dt, shape, role) for sfx, dt, shape, role in parts]
 
+
+#: (encoding key, out, in) -> storage parts; layouts repeat a few shapes many thousand times
+_PARTS_CACHE: dict[tuple[str, int, int], tuple[tuple[str, str, tuple, str], ...]] = {}
 
 _W_BF16 = Part("weight", "weight", "BF16", "full")
 _W_FP8 = Part("weight", "weight", "F8_E4M3", "full")

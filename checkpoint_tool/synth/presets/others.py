@@ -1,0 +1,92 @@
+"""Presets of the DeepSeek-V4 and Qwen3.5-MoE architectures.
+
+- ``deepseek-v4``: DeepSeek-V4 native (V4-Flash layout): FP8 block linears with ue8m0 scales in
+  ``.scale`` (F8_E8M0), FP4 routed experts packed in I8 with E8M0 scales per 32, FP8 block
+  shared experts, BF16 compressors / indexer weights_proj / router / head, F32 hyper-connection
+  parameters, ``mtp.0.*``, engram tables on ``engram_layer_ids``, ``expert_dtype: "fp4"``.
+- ``qwen3.5-moe-mxfp4``: Quark MXFP4 export of Qwen3.5-MoE: per-expert MXFP4 routed and shared
+  experts; attention (full and linear), routers, ``shared_expert_gate`` and lm_head stay BF16
+  and are listed in ``exclude`` by exact name (they are ``nn.Linear`` in Qwen's model).
+"""
+
+from __future__ import annotations
+
+from checkpoint_tool.synth.dims import (
+    DEEPSEEK_V4_FULL,
+    DEEPSEEK_V4_TINY,
+    QWEN3_5_MOE_FULL,
+    QWEN3_5_MOE_TINY,
+    Dims,
+)
+from checkpoint_tool.synth.expand import expand
+from checkpoint_tool.synth.families.deepseek_v4 import deepseek_v4_config, deepseek_v4_items
+from checkpoint_tool.synth.families.qwen3_5_moe import qwen3_5_moe_config, qwen3_5_moe_items
+from checkpoint_tool.synth.layout import Linear, SynthLayout
+from checkpoint_tool.synth.presets.base import PresetOptions, PresetSpec
+from checkpoint_tool.synth.quark import quark_config
+
+#: deepseek-ai/DeepSeek-V4-Flash config.json ``quantization_config``
+DEEPSEEK_V4_QUANT_CONFIG = {
+    "activation_scheme": "dynamic",
+    "fmt": "e4m3",
+    "quant_method": "fp8",
+    "scale_fmt": "ue8m0",
+    "weight_block_size": [128, 128],
+}
+
+_V4_ENCODING = {
+    "attn": "deepseek_v4_fp8_block",
+    "shared": "deepseek_v4_fp8_block",
+    "mtp_proj": "deepseek_v4_fp8_block",
+    "routed": "deepseek_v4_mxfp4",
+    "engram": "deepseek_v4_engram",
+}
+
+
+def build_deepseek_v4(d: Dims, opts: PresetOptions) -> SynthLayout:
+    items = list(deepseek_v4_items(d))
+    tensors = expand(items, lambda lin: _V4_ENCODING.get(lin.role, "bf16"))
+    return SynthLayout(
+        config=deepseek_v4_config(d, dict(DEEPSEEK_V4_QUANT_CONFIG)),
+        tensors=tensors,
+        default_shards=d.shards,
+    )
+
+
+def build_qwen3_5_moe_mxfp4(d: Dims, opts: PresetOptions) -> SynthLayout:
+    items = list(qwen3_5_moe_items(d))
+
+    def assign(lin: Linear) -> str:
+        return "quark_mxfp4" if lin.role in ("routed", "shared") else "bf16"
+
+    exclude = [it.module for it in items if isinstance(it, Linear) and assign(it) == "bf16"]
+    qcfg = quark_config(global_spec="mxfp4", exclude=exclude)
+    return SynthLayout(
+        config=qwen3_5_moe_config(d, qcfg),
+        tensors=expand(items, assign),
+        default_shards=d.shards,
+    )
+
+
+OTHER_PRESETS = [
+    PresetSpec(
+        name="deepseek-v4",
+        summary="DeepSeek-V4 native: FP4 experts (I8 + F8_E8M0 .scale), FP8 ue8m0 linears, "
+        "hyper-connections, compressor/indexer, engram, mtp.0",
+        family="deepseek_v4",
+        producer="deepseek",
+        tiny=DEEPSEEK_V4_TINY,
+        full=DEEPSEEK_V4_FULL,
+        build=build_deepseek_v4,
+    ),
+    PresetSpec(
+        name="qwen3.5-moe-mxfp4",
+        summary="Quark MXFP4 Qwen3.5-MoE: per-expert MXFP4, mlp.shared_expert + "
+        "shared_expert_gate, BF16 gated-delta-net and full attention",
+        family="qwen3_5_moe",
+        producer="quark",
+        tiny=QWEN3_5_MOE_TINY,
+        full=QWEN3_5_MOE_FULL,
+        build=build_qwen3_5_moe_mxfp4,
+    ),
+]
