@@ -68,6 +68,22 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[
             InspectFormat, typer.Option("--format", help="human, json or markdown.")
         ] = InspectFormat.human,
+        target: Annotated[
+            str | None,
+            typer.Option(
+                "--target",
+                help="Engine release to check against, e.g. vllm-0.33 (default: the newest "
+                "supported); adds the `engine` section. See docs/engine-compat.md.",
+            ),
+        ] = None,
+        moe_backend: Annotated[
+            str | None,
+            typer.Option(
+                "--moe-backend",
+                help="Engine MoE backend (marlin, triton, flashinfer_trtllm, aiter, ...): "
+                "per-rank intermediate round-up.",
+            ),
+        ] = None,
     ) -> None:
         from checkpoint_tool.catalog import open_catalog
         from checkpoint_tool.policy import build_policy
@@ -75,11 +91,21 @@ def register(app: typer.Typer) -> None:
 
         catalog = open_catalog(src, headers_only=True)
         report = build_policy(catalog, tp=tp, ep=ep, eplb=eplb, all2all=all2all, fse=fse.value)
+        # engine section (issue 10): what the target engine does with this checkpoint
+        from checkpoint_tool.policy.engine import build_engine_report
+        from checkpoint_tool.policy.engine.render import (
+            render_engine_human,
+            render_engine_markdown,
+            with_engine,
+        )
+
+        engine = build_engine_report(catalog, report, target, tp, moe_backend, ep, eplb, all2all)
+        report = with_engine(report, engine)
         emit(
             report,
             OutputFormat(fmt.value),
-            human=render_human,  # type: ignore[arg-type]
-            markdown=render_markdown,  # type: ignore[arg-type]
+            human=lambda r, c: (render_human(r, c), render_engine_human(engine, c)),  # type: ignore[arg-type]
+            markdown=lambda r: render_markdown(r) + render_engine_markdown(engine),  # type: ignore[arg-type]
         )
         if report.has_errors:
             raise typer.Exit(EXIT_FINDINGS)

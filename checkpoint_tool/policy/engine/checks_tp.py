@@ -33,6 +33,7 @@ TP_RULES = (
     "tp_fp8_block_gate_up",
     "tp_fp8_block_down",
     "tp_fp4_group_split",
+    "tp_fp8_block_shared_linear",
     "tp_mxfp4_backend_round_up",
     "tp_moe_backend_unknown",
 )
@@ -110,7 +111,48 @@ def check_tp(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFindi
                 )
         if fmt is WeightFormat.MXFP4 and "tp_mxfp4_backend_round_up" in rules:
             out += _round_up_finding(ctx, rules["tp_mxfp4_backend_round_up"], layers, per_rank)
+    if "tp_fp8_block_shared_linear" in rules:
+        out += _shared_fp8_block(ctx, rules["tp_fp8_block_shared_linear"])
     return out
+
+
+def _shared_fp8_block(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]:
+    """Unfused shared experts are MergedColumnParallel gate_up + RowParallel down linears:
+    block FP8 needs I/tp to be a multiple of block_n (gate/up) and block_k (down)."""
+    facts, rc, tp = ctx.facts, ctx.resolved, max(1, ctx.options.tp)
+    if facts is None or rc is None or ctx.policy is None:
+        return []
+    fused = {m.layer for m in ctx.policy.moe_layers if m.fse.enabled}
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for layer in facts.moe_layers:
+        if layer.n_shared <= 0 or layer.layer in fused or layer.shared_intermediate_size % tp:
+            continue
+        per_rank = layer.shared_intermediate_size // tp
+        for proj in ("gate", "down"):
+            t = rc.tensors.get(f"{layer.shared_module(proj, 0)}.weight")
+            if t is None or t.scheme.format is not WeightFormat.FP8_BLOCK or not t.scheme.block:
+                continue
+            bn, bk = t.scheme.block
+            if proj == "gate" and per_rank % bn:
+                key = ("output_partition_size", "block_n", bn, "gate/up rows")
+            elif proj == "down" and tp > 1 and per_rank % bk:
+                key = ("input_size_per_partition", "block_k", bk, "down columns")
+            else:
+                continue
+            groups[(layer.shared_intermediate_size, per_rank, *key)].append(layer.layer)
+    return [
+        rule.finding(
+            layers=layers,
+            size=size,
+            tp=tp,
+            per_rank=per_rank,
+            what=what,
+            block_name=name,
+            block=block,
+            proj=proj,
+        )
+        for (size, per_rank, what, name, block, proj), layers in sorted(groups.items())
+    ]
 
 
 def _round_up_finding(
