@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from checkpoint_tool.plan.summary import PlanSummary
+
 
 class Region(BaseModel):
     """Keep ``[start, stop)`` along ``dim`` of the source tensor (storage coordinates)."""
@@ -115,6 +117,10 @@ class Plan(BaseModel):
     #: name in source -> name in output (for lossless verify and reports); one source may map to
     #: several outputs (TP slices, FSE chunks)
     provenance: dict[str, list[str]] = Field(default_factory=dict)
+    #: the plan in numbers (what ``ckpt plan`` prints); None for hand-made plans
+    summary: PlanSummary | None = None
+    #: findings a reviewer should read before converting (one line each)
+    notes: list[str] = Field(default_factory=list)
 
     def tensor_count(self) -> int:
         return sum(len(f.tensors) for f in self.files)

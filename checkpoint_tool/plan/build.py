@@ -1,0 +1,187 @@
+"""``build_plan``: catalog + policy + recipe + options -> the Plan. Pure: no tensor data read.
+
+Steps: the planning context (model facts, resolved schemes, per-layer FSE as the policy
+decided it, the padded intermediate size), every source tensor placed (``plan.outputs``),
+files from the layout (``plan.layouts``), config.json edited (``plan.config_edit``) and
+checked, the summary. ``plan_for_catalog`` also picks the recipe and builds the policy, for
+``ckpt plan`` and ``ckpt convert``.
+
+Example::
+
+    cat = open_catalog("/models/quark-hybrid")
+    plan = plan_for_catalog(cat, PlanOptions(tp=2, max_shard_size=parse_size("5GB")))
+    plan.summary.redirected, plan.summary.padded_intermediate_size   # (6, 192)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checkpoint_tool import __version__
+from checkpoint_tool.catalog.catalog import INDEX_NAME, Catalog
+from checkpoint_tool.model import ModelFacts
+from checkpoint_tool.plan.config_edit import check_schemes, edit_config, is_exact
+from checkpoint_tool.plan.context import PlanContext
+from checkpoint_tool.plan.layouts import get_layout
+from checkpoint_tool.plan.model import Plan, PlanOptions
+from checkpoint_tool.plan.outputs import Planned, plan_outputs
+from checkpoint_tool.plan.sharding import group_key
+from checkpoint_tool.plan.summary import FileSummary, compute_summary
+from checkpoint_tool.quant.resolve import ResolvedCatalog
+from checkpoint_tool.recipes import Recipe, auto_recipe, load_recipe
+
+#: files of a previous ckpt run that must not be copied as side files
+_NOT_SIDE_FILES = {"config.json", INDEX_NAME, "ckpt-manifest.json", ".ckpt-journal.json"}
+FSE_ENV = "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS"
+
+
+def build_plan(
+    catalog: Catalog,
+    policy: Any,
+    recipe: Recipe,
+    options: PlanOptions,
+    *,
+    resolved: ResolvedCatalog | None = None,
+    facts: ModelFacts | None = None,
+) -> Plan:
+    """The plan that converts ``catalog`` with ``recipe`` under ``options``.
+
+    ``policy`` is the ``PolicyReport`` built for the same ``--tp``/``--fse`` (its per-layer
+    FSE decision is used as is); ``resolved`` / ``facts`` may be passed when already built.
+    """
+    ctx = PlanContext.create(catalog, policy, recipe, options, resolved=resolved, facts=facts)
+    planned = plan_outputs(ctx)
+    files = get_layout(options.layout).build_files(ctx, planned)
+    renames = {k: sorted(v) for k, v in sorted(planned.module_renames.items())}
+    config, config_notes = edit_config(
+        catalog.config, geometry=ctx.geometry, module_renames=renames, metadata=_metadata(ctx)
+    )
+    strict = planned.redirected_modules | (set(renames) & _exact_entries(catalog.config))
+    check_notes = check_schemes(
+        catalog, ctx.resolved.tensors, config, planned.provenance, set(renames), strict
+    )
+    file_summaries = [
+        FileSummary(
+            name=f.name,
+            tensors=len(f.tensors),
+            nbytes=f.nbytes,
+            layers=sorted({k[1] for t in f.tensors if (k := group_key(t.name))[0] == 1}),
+        )
+        for f in files
+    ]
+    summary = compute_summary(
+        catalog,
+        [t for f in files for t in f.tensors],
+        file_summaries,
+        kinds=planned.kinds,
+        padded=planned.padded,
+        experts=planned.experts,
+        dropped_rules=[d.rule for d in planned.dropped],
+        tp=options.tp,
+    )
+    geo = ctx.geometry
+    fse_on = sorted(k for k, v in ctx.fse_layers.items() if v)
+    summary.fse_enabled_layers = fse_on
+    summary.fse_disabled_layers = sorted(k for k, v in ctx.fse_layers.items() if not v)
+    summary.moe_intermediate_size = geo.size
+    summary.padded_intermediate_size = geo.padded
+    summary.pad_to = geo.pad_to
+    summary.shared_intermediate_size = geo.shared_size
+    summary.padded_shared_intermediate_size = geo.shared_padded
+    notes = [*ctx.notes, *config_notes, *check_notes, *_engine_notes(ctx, planned, fse_on)]
+    return Plan(
+        ckpt_version=__version__,
+        source=str(catalog.source or catalog.root),
+        source_revision=catalog.revision,
+        recipe=recipe.name if not recipe.origin or recipe.origin == recipe.name else recipe.origin,
+        options=options,
+        files=files,
+        dropped=planned.dropped,
+        config=config,
+        side_files=[f for f in catalog.side_files if f not in _NOT_SIDE_FILES],
+        fse_layers=dict(sorted(ctx.fse_layers.items())),
+        provenance=planned.provenance,
+        summary=summary,
+        notes=notes,
+    )
+
+
+def plan_for_catalog(
+    catalog: Catalog,
+    options: PlanOptions,
+    *,
+    recipe: str | Recipe | None = None,
+    ep: bool = False,
+) -> Plan:
+    """Pick the recipe (``auto_recipe`` unless given), build the policy for ``options`` and
+    plan: what ``ckpt plan`` and ``ckpt convert`` run."""
+    from checkpoint_tool.policy import build_policy
+    from checkpoint_tool.quant.resolve import resolve_catalog
+
+    if recipe is None:
+        chosen = auto_recipe(catalog)
+    elif isinstance(recipe, Recipe):
+        chosen = recipe
+    else:
+        chosen = load_recipe(recipe)
+    resolved = resolve_catalog(catalog)
+    policy = build_policy(catalog, tp=options.tp, ep=ep, fse=options.fse, resolved=resolved)
+    return build_plan(catalog, policy, chosen, options, resolved=resolved)
+
+
+def _metadata(ctx: PlanContext) -> dict[str, Any]:
+    """What ``config.json["ckpt"]`` records about the conversion."""
+    geo = ctx.geometry
+    o = ctx.options
+    meta: dict[str, Any] = {
+        "ckpt_version": __version__,
+        "source": str(ctx.catalog.source or ctx.catalog.root),
+        "source_revision": ctx.catalog.revision,
+        "recipe": ctx.recipe.name,
+        "layout": o.layout,
+        "tp": o.tp,
+        "fse": o.fse,
+        "pad_to": geo.pad_to,
+        "moe_intermediate_size": {"source": geo.size, "written": geo.padded},
+        "fse_layers": sorted(k for k, v in ctx.fse_layers.items() if v),
+        "fse_slots": {
+            str(layer.layer): list(range(layer.n_routed, layer.n_routed + layer.n_shared))
+            for layer in ctx.facts.moe_layers
+            if ctx.fse_layers.get(layer.layer)
+        },
+    }
+    if geo.shared_size is not None:
+        meta["shared_expert_intermediate_size"] = {
+            "source": geo.shared_size,
+            "written": geo.shared_padded,
+        }
+    if o.layers is not None:
+        meta["layers"] = sorted(o.layers)
+    return meta
+
+
+def _exact_entries(config: dict | None) -> set[str]:
+    qc = (config or {}).get("quantization_config")
+    if not isinstance(qc, dict):
+        return set()
+    out: set[str] = set()
+    for value in qc.values():
+        names = value if isinstance(value, list) else value if isinstance(value, dict) else []
+        out.update(e for e in names if isinstance(e, str) and is_exact(e))
+    return out
+
+
+def _engine_notes(ctx: PlanContext, planned: Planned, fse_on: list[int]) -> list[str]:
+    notes = []
+    if fse_on:
+        notes.append(
+            f"shared experts were written as routed slots on MoE layer(s) {fse_on}: serve with "
+            f"fused shared experts enabled in vLLM ({FSE_ENV}=1 on ROCm); without it the slots "
+            "experts.{n_routed + j} do not load (an error, not a silent drop)"
+        )
+    if ctx.options.layers is not None:
+        notes.append(
+            f"partial conversion: only layers {sorted(ctx.options.layers)} are written; the "
+            "output is for inspection and verification, not for serving"
+        )
+    return notes

@@ -1,0 +1,80 @@
+"""Which source tensors are expert projections, and how their intermediate dim is laid out.
+
+Built from the model facts (module names of every routed and shared projection) and the
+resolved catalog (each tensor's module): a tensor belongs to an expert projection when its
+module is one. The intermediate dim is rows (dim -2) for gate/up and columns (dim -1) for
+down; a fused ``gate_up`` weight holds two segments of rows (gate then up).
+
+Example::
+
+    parts = index_experts(facts, resolved.tensors)
+    parts["model.layers.3.mlp.experts.7.down_proj.weight_scale"]
+    # ExpertPart(layer=<facts of layer 3>, kind='routed', proj='down', index=7, fused_3d=False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from checkpoint_tool.model import PROJS, ModelFacts, MoeLayerFacts
+
+PartProj = Literal["gate", "up", "down", "gate_up"]
+
+
+@dataclass(frozen=True)
+class ExpertPart:
+    """One expert projection a tensor belongs to.
+
+    ``index``: the routed expert (per-expert layouts) or the shared expert (indexed shared
+    layout); None for 3-D fused routed experts and for a single (widened) shared MLP.
+    """
+
+    layer: MoeLayerFacts
+    kind: Literal["routed", "shared"]
+    proj: PartProj
+    index: int | None = None
+    fused_3d: bool = False
+
+    @property
+    def dim(self) -> int:
+        """Logical dim holding the intermediate size: columns of down, rows otherwise."""
+        return -1 if self.proj == "down" else -2
+
+    @property
+    def segments(self) -> int:
+        """How many intermediate-sized blocks the dim holds (gate_up: gate rows, up rows)."""
+        return 2 if self.proj == "gate_up" else 1
+
+
+def index_experts(facts: ModelFacts, resolved: Mapping[str, Any]) -> dict[str, ExpertPart]:
+    """tensor name -> ``ExpertPart`` for every tensor of a routed or shared expert projection.
+
+    ``resolved`` maps names to objects with a ``module`` (``quant.resolve.ResolvedTensor``);
+    3-D fused expert parameters are their own module.
+    """
+    modules: dict[str, ExpertPart] = {}
+    for layer in facts.moe_layers:
+        naming = layer.naming
+        if naming.routed_layout == "fused_3d":
+            modules[layer.routed_weight(0, "gate")] = ExpertPart(
+                layer, "routed", "gate_up", None, True
+            )
+            modules[layer.routed_weight(0, "down")] = ExpertPart(
+                layer, "routed", "down", None, True
+            )
+        else:
+            fused = naming.routed_layout == "per_expert_gate_up"
+            for e in range(layer.n_routed):
+                for proj in PROJS:
+                    kind: PartProj = "gate_up" if fused and proj != "down" else proj
+                    modules[layer.routed_module(e, proj)] = ExpertPart(layer, "routed", kind, e)
+        if layer.n_shared > 0:
+            indexed = naming.shared_layout == "indexed"
+            fused = naming.shared_layout == "single_gate_up"
+            for j in range(layer.n_shared) if indexed else [None]:
+                for proj in PROJS:
+                    kind = "gate_up" if fused and proj != "down" else proj
+                    modules[layer.shared_module(proj, j)] = ExpertPart(layer, "shared", kind, j)
+    return {name: modules[t.module] for name, t in resolved.items() if t.module in modules}

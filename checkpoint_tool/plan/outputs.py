@@ -1,0 +1,275 @@
+"""Every source tensor -> its output tensor(s) or a reasoned drop (names, pieces, shapes).
+
+One pass over the catalog, in name order. For each tensor:
+
+1. outside ``--layers``: dropped (rule ``layers``);
+2. the recipe's drop rules;
+3. a shared-expert tensor of an FSE layer: one output per routed slot (``plan.fse``), each
+   chunk padded to the padded intermediate size;
+4. any other expert tensor: padded to the padded intermediate size (routed) or to the padded
+   shared width (shared experts that stay shared);
+5. everything else: copied whole.
+
+Names go through the recipe's rules (``RuleSet.rename``); the result is checked for
+collisions (two sources, one name), unmatched tensors and, when the loader re-applies the
+rules, names it would rename again.
+
+Example::
+
+    planned = plan_outputs(ctx)
+    planned.tensors[0]
+    # OutputTensor(name='model.embed_tokens.weight', dtype='BF16', shape=[512, 256],
+    #              pieces=[Piece(source='model.embed_tokens.weight')], ops=['copy'])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from checkpoint_tool.errors import InputError, UsageError
+from checkpoint_tool.plan.context import PlanContext, layer_of
+from checkpoint_tool.plan.experts import ExpertPart
+from checkpoint_tool.plan.fse import chunks
+from checkpoint_tool.plan.model import DroppedTensor, OutputTensor
+from checkpoint_tool.plan.pieces import Placement, place, whole
+from checkpoint_tool.quant.resolve import split_tensor_name
+from checkpoint_tool.recipes import Renamed
+
+_SHOW = 5
+
+
+@dataclass
+class Planned:
+    """Output tensors (not yet grouped into files) and the bookkeeping reports need."""
+
+    tensors: list[OutputTensor] = field(default_factory=list)
+    dropped: list[DroppedTensor] = field(default_factory=list)
+    provenance: dict[str, list[str]] = field(default_factory=dict)
+    #: output name -> "kept" | "renamed" | "redirected"
+    kinds: dict[str, str] = field(default_factory=dict)
+    padded: set[str] = field(default_factory=set)
+    #: output names of expert tensors (TP-split by the engine), for per-rank estimates
+    experts: set[str] = field(default_factory=set)
+    #: source module -> output modules it was renamed/redirected to (config edits)
+    module_renames: dict[str, set[str]] = field(default_factory=dict)
+    #: source modules redirected into routed slots (FSE)
+    redirected_modules: set[str] = field(default_factory=set)
+
+
+def plan_outputs(ctx: PlanContext) -> Planned:
+    """Place every source tensor of ``ctx.catalog`` (see the module docstring)."""
+    out = Planned()
+    wanted = set(ctx.options.layers) if ctx.options.layers is not None else None
+    unmatched: list[str] = []
+    sources: dict[str, tuple[str, Renamed]] = {}
+    for name in sorted(ctx.catalog.tensors):
+        if wanted is not None and layer_of(name) not in wanted:
+            out.dropped.append(
+                DroppedTensor(
+                    name=name,
+                    rule="layers",
+                    reason=f"outside --layers {','.join(map(str, sorted(wanted)))}",
+                )
+            )
+            continue
+        drop = ctx.rules.drop_reason(name)
+        if drop is not None:
+            out.dropped.append(DroppedTensor(name=name, rule=drop[0], reason=drop[1]))
+            continue
+        for renamed, placement, part in _place(ctx, name):
+            if not renamed.matched:
+                unmatched.append(name)
+            assert renamed.name is not None
+            if renamed.name in sources:
+                other, prev = sources[renamed.name]
+                raise InputError(
+                    f"tensors {other!r} and {name!r} would both be written as "
+                    f"{renamed.name!r} (rules {', '.join(prev.steps) or 'none'} / "
+                    f"{', '.join(renamed.steps) or 'none'}); add a drop rule for one of them "
+                    "in a recipe file (--recipe PATH)"
+                )
+            sources[renamed.name] = (name, renamed)
+            _record(ctx, out, name, renamed, placement, part)
+    if unmatched:
+        more = f" (and {len(unmatched) - _SHOW} more)" if len(unmatched) > _SHOW else ""
+        raise InputError(
+            f"{ctx.catalog.root}: {len(unmatched)} tensor(s) match no rule of recipe "
+            f"{ctx.recipe.name}: {', '.join(unmatched[:_SHOW])}{more}; give the right "
+            "--recipe, or add drop/keep/accept rules in a recipe file (--recipe PATH)"
+        )
+    if ctx.recipe.loader_reapplies_rules:
+        _check_fixed_points(ctx, sources)
+    return out
+
+
+def _place(ctx: PlanContext, name: str) -> list[tuple[Renamed, Placement, ExpertPart | None]]:
+    entry = ctx.catalog.tensors[name]
+    rt = ctx.resolved.tensors[name]
+    part = ctx.experts.get(name)
+    is_scale = rt.role == "scale"
+    if part is None:
+        renamed = ctx.rules.rename(name, scheme=rt.scheme, is_scale=is_scale)
+        return [(renamed, _copy(entry), None)]
+    geo = ctx.geometry
+    layer = part.layer
+    if part.kind == "shared" and ctx.fse_layers.get(layer.layer, False):
+        results = []
+        suffix = split_tensor_name(name)[1] if not part.fused_3d else ""
+        source_width = (
+            layer.shared_chunk_size if part.index is not None else layer.shared_intermediate_size
+        )
+        for chunk in chunks(name, suffix, part, len(entry.shape)):
+            placement = _expert_placement(
+                ctx, name, part, chunk.ranges, geo.routed_target(), source_width
+            )
+            op = f"fse_redirect layer {layer.layer}: shared"
+            op += f" chunk {chunk.j}/{chunk.n}" if chunk.n > 1 else ""
+            placement.ops.insert(0, f"{op} -> routed slot {chunk.slot}")
+            renamed = ctx.rules.rename(
+                name, redirect_to=chunk.target, scheme=rt.scheme, is_scale=is_scale
+            )
+            results.append((renamed, placement, part))
+        return results
+    if part.kind == "routed":
+        width = layer.moe_intermediate_size
+        target = geo.routed_target()
+    else:
+        width = (
+            layer.shared_chunk_size if part.index is not None else layer.shared_intermediate_size
+        )
+        target = geo.shared_target(layer.n_shared, width)
+    ranges = [(k * width, (k + 1) * width) for k in range(part.segments)]
+    placement = _expert_placement(ctx, name, part, ranges, target, width)
+    renamed = ctx.rules.rename(name, scheme=rt.scheme, is_scale=is_scale)
+    return [(renamed, placement, part)]
+
+
+def _copy(entry) -> Placement:  # type: ignore[no-untyped-def]
+    placement = whole(entry)
+    placement.ops.append("copy")
+    return placement
+
+
+def _expert_placement(
+    ctx: PlanContext,
+    name: str,
+    part: ExpertPart,
+    ranges: list[tuple[int, int]],
+    target: int,
+    source_width: int,
+) -> Placement:
+    """Cut ``ranges`` of the intermediate dim out of ``name`` and pad each to ``target``.
+
+    ``source_width``: the intermediate size of one segment of the source tensor (its dim
+    holds ``part.segments`` of them).
+    """
+    entry = ctx.catalog.tensors[name]
+    rt = ctx.resolved.tensors[name]
+    width = ranges[0][1] - ranges[0][0]
+    whole_ranges = [(k * source_width, (k + 1) * source_width) for k in range(part.segments)]
+    if ranges == whole_ranges and target == width:
+        return _copy(entry)  # nothing to cut or pad (also skips the codec entirely)
+    weight = ctx.weight_of(rt.module)
+    if weight is None:
+        raise InputError(
+            f"{ctx.catalog.root}: tensor {name!r} belongs to expert module {rt.module!r}, which "
+            "has no weight tensor; the checkpoint is incomplete"
+        )
+    w_entry = ctx.catalog.tensors[weight]
+    w_scheme = ctx.resolved.tensors[weight].scheme
+    codec = ctx.codec(w_scheme)
+    logical = tuple(codec.logical_shape(_storage(w_entry)))
+    size = logical[part.dim % len(logical)]
+    expected = source_width * part.segments
+    if size != expected:
+        raise InputError(
+            f"{w_entry.file}: tensor {weight!r} has intermediate size {size} on dim {part.dim}, "
+            f"config.json says {expected}; the config and the checkpoint disagree"
+        )
+    placement = place(
+        entry,
+        rt.role,
+        codec,
+        logical,
+        part.dim,
+        ranges,
+        target,
+        on_intermediate_bias=part.proj != "down",
+    )
+    if placement.padded:
+        amount = target - width
+        what = "zero weights" if rt.role == "weight" else "neutral scales"
+        placement.ops.append(f"pad intermediate {width} -> {target} (+{amount}, {what})")
+    elif placement.pieces[0].slices or len(placement.pieces) > 1:
+        placement.ops.append(f"slice intermediate {ranges}")
+    else:
+        placement.ops.append("copy")
+    return placement
+
+
+def _storage(entry) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
+    from checkpoint_tool.plan.summary import storage_shape
+
+    return storage_shape(entry.dtype, entry.shape)
+
+
+def _record(
+    ctx: PlanContext,
+    out: Planned,
+    source: str,
+    renamed: Renamed,
+    placement: Placement,
+    part: ExpertPart | None,
+) -> None:
+    entry = ctx.catalog.tensors[source]
+    name = renamed.name
+    assert name is not None
+    ops = list(placement.ops)
+    if renamed.redirected:
+        kind = "redirected"
+    elif renamed.renamed:
+        kind = "renamed"
+    else:
+        kind = "kept"
+    rule_steps = [s for s in renamed.steps if s != "fse"]
+    if renamed.kept:
+        ops.append(f"keep ({rule_steps[-1]})")
+    elif rule_steps and (renamed.redirected or renamed.renamed):
+        ops.append(f"rename ({', '.join(rule_steps)})")
+    tensor = OutputTensor(
+        name=name,
+        dtype=entry.dtype,
+        shape=placement.shape,
+        pieces=placement.pieces,
+        combine=placement.combine,  # type: ignore[arg-type]
+        axis=placement.axis,
+        ops=ops,
+        layer=part.layer.layer if part is not None else None,
+    )
+    out.tensors.append(tensor)
+    out.provenance.setdefault(source, []).append(name)
+    out.kinds[name] = kind
+    if placement.padded:
+        out.padded.add(name)
+    if part is not None:
+        out.experts.add(name)
+    src_module = ctx.resolved.tensors[source].module
+    out_module = split_tensor_name(name)[0] if src_module != source else name
+    if out_module != src_module:
+        out.module_renames.setdefault(src_module, set()).add(out_module)
+    if renamed.redirected:
+        out.redirected_modules.add(src_module)
+
+
+def _check_fixed_points(ctx: PlanContext, sources: dict[str, tuple[str, Renamed]]) -> None:
+    """The loader applies the rename rules again: it must end up where ckpt meant it to."""
+    for name, (source, renamed) in sources.items():
+        if renamed.kept:
+            continue
+        again = ctx.rules.loader_view(name)
+        if again != renamed.engine_name:
+            raise UsageError(
+                f"recipe {ctx.recipe.name}: {source!r} is written as {name!r}, which the loader "
+                f"renames again to {again!r} instead of {renamed.engine_name!r}; mark the rule "
+                "that is not idempotent `at_load: true` in the recipe"
+            )

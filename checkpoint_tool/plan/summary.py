@@ -1,0 +1,154 @@
+"""What a plan does, in numbers: the report ``ckpt plan`` / ``ckpt convert --dry-run`` print.
+
+Counts are per output tensor unless named otherwise. ``kept`` + ``renamed`` + ``redirected``
+is the number of output tensors; ``padded`` counts outputs with a pad, whatever their name.
+
+Example::
+
+    PlanSummary(source_tensors=306, output_tensors=306, kept=306, renamed=0, redirected=24,
+                padded=240, dropped=0, moe_intermediate_size=160, padded_intermediate_size=192,
+                files=[FileSummary(name="model-00001-of-00001.safetensors", tensors=306,
+                                   nbytes=1234567)], ...)
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, Field
+
+from checkpoint_tool.catalog.safetensors_format import tensor_nbytes
+
+if TYPE_CHECKING:
+    from checkpoint_tool.catalog.catalog import Catalog
+    from checkpoint_tool.plan.model import OutputTensor
+
+
+class FileSummary(BaseModel):
+    """One output file: name, tensor count, tensor data bytes (headers excluded)."""
+
+    name: str
+    tensors: int
+    nbytes: int
+    layers: list[int] = Field(default_factory=list)
+
+
+class PlanSummary(BaseModel):
+    """The plan in numbers (``ckpt plan`` human output; ``summary`` in the plan JSON)."""
+
+    source_tensors: int = 0
+    output_tensors: int = 0
+    #: outputs written under their source name
+    kept: int = 0
+    #: outputs whose name a rename rule changed (FSE slots not included)
+    renamed: int = 0
+    #: outputs that are a shared expert (chunk) moved into a routed slot
+    redirected: int = 0
+    #: outputs with zero/neutral padding on the expert intermediate dim
+    padded: int = 0
+    #: source tensors deliberately not written (``Plan.dropped``), by rule
+    dropped: int = 0
+    dropped_by_rule: dict[str, int] = Field(default_factory=dict)
+    fse_enabled_layers: list[int] = Field(default_factory=list)
+    fse_disabled_layers: list[int] = Field(default_factory=list)
+    moe_intermediate_size: int | None = None
+    padded_intermediate_size: int | None = None
+    #: per-rank alignment the padded size satisfies (``--pad-to``)
+    pad_to: int | None = None
+    shared_intermediate_size: int | None = None
+    padded_shared_intermediate_size: int | None = None
+    source_bytes: int = 0
+    output_bytes: int = 0
+    files: list[FileSummary] = Field(default_factory=list)
+    #: estimated bytes each TP rank loads: expert tensors split over the ranks, every other
+    #: tensor counted whole (an upper bound: vLLM also splits attention and dense MLPs)
+    bytes_per_rank: list[int] = Field(default_factory=list)
+    #: the most memory one worker needs for one output tensor (its bytes + the source bytes
+    #: it reads); the executor streams, so this bounds the buffers, not the model size
+    peak_memory_bytes: int = 0
+    peak_memory_tensor: str | None = None
+
+
+def storage_shape(dtype: str, shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """Storage shape of a header ``dtype``/``shape``: ``F4`` headers record the logical shape
+    (two values per byte along the last dim); every other dtype stores what it says."""
+    shape = tuple(shape)
+    if dtype == "F4" and shape:
+        return (*shape[:-1], shape[-1] // 2)
+    return shape
+
+
+def header_shape(dtype: str, storage: tuple[int, ...] | list[int]) -> list[int]:
+    """Inverse of ``storage_shape``: the shape a safetensors header records."""
+    storage = list(storage)
+    if dtype == "F4" and storage:
+        storage[-1] *= 2
+    return storage
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes per storage element (``F4``: one byte holds two values)."""
+    return 1 if dtype == "F4" else tensor_nbytes(dtype, (1,))
+
+
+def piece_source_bytes(catalog: Catalog, tensor: OutputTensor) -> int:
+    """Bytes of source data ``tensor`` reads (each piece's region of its source)."""
+    total = 0
+    for piece in tensor.pieces:
+        entry = catalog.tensors[piece.source]
+        shape = list(storage_shape(entry.dtype, entry.shape))
+        for region in piece.slices:
+            shape[region.dim] = region.stop - region.start
+        total += math.prod(shape) * element_bytes(entry.dtype)
+    return total
+
+
+def output_nbytes(tensor: OutputTensor) -> int:
+    return tensor_nbytes(tensor.dtype, tuple(tensor.shape))
+
+
+def compute_summary(
+    catalog: Catalog,
+    tensors: list[OutputTensor],
+    files: list[FileSummary],
+    *,
+    kinds: dict[str, str],
+    padded: set[str],
+    experts: set[str],
+    dropped_rules: list[str],
+    tp: int,
+) -> PlanSummary:
+    """Counts, bytes per file and per rank, and the peak-memory estimate of a plan."""
+    by_rule: dict[str, int] = {}
+    for rule in dropped_rules:
+        by_rule[rule] = by_rule.get(rule, 0) + 1
+    counts = {"kept": 0, "renamed": 0, "redirected": 0}
+    for t in tensors:
+        counts[kinds.get(t.name, "kept")] += 1
+    peak, peak_name = 0, None
+    expert_bytes = other_bytes = 0
+    for t in tensors:
+        n = output_nbytes(t)
+        need = n + piece_source_bytes(catalog, t)
+        if need > peak:
+            peak, peak_name = need, t.name
+        if t.name in experts:
+            expert_bytes += n
+        else:
+            other_bytes += n
+    per_rank = other_bytes + -(-expert_bytes // max(1, tp))
+    return PlanSummary(
+        source_tensors=len(catalog.tensors),
+        output_tensors=len(tensors),
+        padded=sum(1 for t in tensors if t.name in padded),
+        dropped=len(dropped_rules),
+        dropped_by_rule=dict(sorted(by_rule.items())),
+        source_bytes=sum(e.nbytes for e in catalog.tensors.values()),
+        output_bytes=expert_bytes + other_bytes,
+        files=files,
+        bytes_per_rank=[per_rank] * max(1, tp),
+        peak_memory_bytes=peak,
+        peak_memory_tensor=peak_name,
+        **counts,
+    )
