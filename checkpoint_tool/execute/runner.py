@@ -282,7 +282,8 @@ class _Run:
                 and _file_sha256(path, self.chunk, self.stop) == rec.sha256
             )
             if ok:
-                self.progress.file_done(rec.name, rec.size, skipped=True)
+                nbytes = sum(_tensor_bytes(t) for t in self.plan.files[i].tensors)
+                self.progress.file_done(rec.name, nbytes, skipped=True)
             return ok
 
         results = self._map(check, candidates, workers)
@@ -314,7 +315,7 @@ class _Run:
             )
             write_journal(self.dst, self.journal)
         fault_point("journal")
-        self.progress.file_done(ofile.name, w.size)
+        self.progress.file_done(ofile.name, sum(_tensor_bytes(t) for t in ofile.tensors))
 
     def _counted(self, chunks: Iterator[memoryview]) -> Iterator[memoryview]:
         for view in chunks:

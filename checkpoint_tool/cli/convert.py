@@ -1,0 +1,174 @@
+"""``ckpt convert SRC DST``: plan the conversion, then stream it into DST.
+
+catalog (headers only) -> recipe (``--recipe`` or auto) -> policy for ``--tp``/``--fse`` -> plan
+(``checkpoint_tool.plan.build.plan_for_catalog``) -> ``execute_plan``. ``--dry-run`` prints the
+plan (the same rendering as ``ckpt plan``) and touches nothing. Exit 0 on success, 2 on any user
+error (one line on stderr: bad source, DST not empty, disk full, ...).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from checkpoint_tool.cli.output import OutputFormat, emit
+
+HELP = (
+    "Convert a checkpoint for vLLM: rename tensors (recipe), fuse shared experts into routed "
+    "slots where safe (FSE), pad the expert intermediate dim for --tp, reshard into files of "
+    "--max-shard-size, write the index, config.json, side files and ckpt-manifest.json (last). "
+    "Streams with bounded memory; atomic and resumable.\n\n"
+    "Examples:\n\n"
+    "  ckpt convert /models/quark-mxfp4 /out/model --tp 2\n\n"
+    "  ckpt convert ./ckpt ./out --recipe deepseek-v3 --fse off --max-shard-size 2GB\n\n"
+    "  ckpt convert ./ckpt ./out --tp 4 --dry-run\n\n"
+    "  ckpt convert ./ckpt ./out --tp 4 --resume        # after an interruption\n\n"
+    "  ckpt convert /models/R1 ./r1-l3-4 --layers 3,4 --workers 2 --format json"
+)
+
+
+class FseOption(str, Enum):
+    auto = "auto"
+    on = "on"
+    off = "off"
+
+
+class LayoutOption(str, Enum):
+    hf = "hf"
+    vllm_sharded = "vllm-sharded"
+
+
+class ConvertFormat(str, Enum):
+    human = "human"
+    json = "json"
+
+
+def render_report(report, console: Console) -> None:  # type: ignore[no-untyped-def]
+    from checkpoint_tool.execute.progress import human_bytes
+
+    rate = report.bytes_written / report.seconds if report.seconds else 0.0
+    console.print(
+        f"[bold green]converted[/] {report.dst}: {report.files_written} file(s) written "
+        f"({human_bytes(report.bytes_written)}, {human_bytes(rate)}/s, {report.seconds:.1f} s, "
+        f"{report.workers} worker(s))"
+        + (f", {report.files_kept} verified and kept" if report.files_kept else "")
+    )
+    console.print(
+        f"{report.tensor_count} tensors, {human_bytes(report.total_size)} of tensor data, "
+        f"{len(report.other_files)} other file(s), {report.dropped} dropped by rule; "
+        f"ckpt-manifest.json sha256 {report.manifest_sha256[:16]}…"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("convert", help=HELP)
+    def convert(
+        src: Annotated[
+            str, typer.Argument(help="Checkpoint folder, .safetensors file or repo id.")
+        ],
+        dst: Annotated[Path, typer.Argument(help="Output folder (created; must be empty).")],
+        recipe: Annotated[
+            str | None,
+            typer.Option("--recipe", help="Recipe name or YAML path (default: auto from config)."),
+        ] = None,
+        tp: Annotated[
+            int, typer.Option("--tp", min=1, help="Tensor-parallel size to align for.")
+        ] = 1,
+        fse: Annotated[
+            FseOption,
+            typer.Option(
+                "--fse",
+                help="auto: fuse shared experts where safe; on: error where "
+                "impossible; off: never.",
+            ),
+        ] = FseOption.auto,
+        pad_to: Annotated[
+            int | None,
+            typer.Option(
+                "--pad-to", min=1, help="Pad the per-rank intermediate size to a multiple."
+            ),
+        ] = None,
+        max_shard_size: Annotated[
+            str, typer.Option("--max-shard-size", help="Largest output file, e.g. 5GB, 500MB.")
+        ] = "5GB",
+        layers: Annotated[
+            str | None, typer.Option("--layers", help="Only these layers, e.g. 3,4 or 0-2.")
+        ] = None,
+        layout: Annotated[
+            LayoutOption, typer.Option("--layout", help="hf (index + shards) or vllm-sharded.")
+        ] = LayoutOption.hf,
+        workers: Annotated[
+            int, typer.Option("--workers", "-j", min=1, help="Output files written in parallel.")
+        ] = 1,
+        memory_budget: Annotated[
+            str,
+            typer.Option(
+                "--memory-budget", help="Buffer memory for all workers, e.g. 1GiB, 256MiB."
+            ),
+        ] = "1GiB",
+        resume: Annotated[
+            bool, typer.Option("--resume", help="Continue an interrupted run into DST.")
+        ] = False,
+        overwrite: Annotated[
+            bool,
+            typer.Option(
+                "--overwrite",
+                help="Replace a previous ckpt output in DST (never "
+                "deletes files ckpt did not write).",
+            ),
+        ] = False,
+        hash_source: Annotated[
+            bool,
+            typer.Option(
+                "--hash-source",
+                help="Record the sha256 of every source shard in the "
+                "manifest (reads the whole source once more).",
+            ),
+        ] = False,
+        dry_run: Annotated[
+            bool, typer.Option("--dry-run", help="Print the plan; write nothing.")
+        ] = False,
+        progress: Annotated[
+            bool, typer.Option("--progress/--no-progress", help="Progress on stderr.")
+        ] = True,
+        fmt: Annotated[
+            ConvertFormat, typer.Option("--format", help="human or json (the run report).")
+        ] = ConvertFormat.human,
+    ) -> None:
+        from checkpoint_tool.catalog import open_catalog
+        from checkpoint_tool.cli.plan import parse_layers, render_plan
+        from checkpoint_tool.execute import execute_plan
+        from checkpoint_tool.plan.build import plan_for_catalog
+        from checkpoint_tool.plan.model import PlanOptions
+        from checkpoint_tool.plan.sharding import parse_size
+
+        options = PlanOptions(
+            tp=tp,
+            layout=layout.value,
+            fse=fse.value,
+            pad_to=pad_to,
+            max_shard_size=parse_size(max_shard_size),
+            layers=parse_layers(layers),
+        )
+        budget = parse_size(memory_budget)
+        catalog = open_catalog(src, headers_only=False)
+        plan = plan_for_catalog(catalog, options, recipe=recipe)
+        if dry_run:  # the plan as `ckpt plan` prints it (json: the whole plan)
+            emit(plan, OutputFormat(fmt.value), human=render_plan)
+            return
+        report = execute_plan(
+            plan,
+            catalog,
+            dst,
+            workers=workers,
+            resume=resume,
+            overwrite=overwrite,
+            progress=progress,
+            memory_budget=budget,
+            hash_source=hash_source,
+        )
+        emit(report, OutputFormat(fmt.value), human=render_report)  # type: ignore[arg-type]
