@@ -90,15 +90,6 @@ V4_FLASH_SHAPES = {
 }
 
 
-def test_full_size_deepseek_r1_layout_has_real_shapes():
-    specs = _specs("deepseek-v3-fp8", sparse=True)
-    for name, want in R1_SHAPES.items():
-        assert specs[name] == want, name
-    assert "model.layers.62.input_layernorm.weight" not in specs
-    assert "model.layers.2.mlp.gate.weight" not in specs  # three dense layers
-    assert len(specs) > 90_000
-
-
 def test_full_size_deepseek_v4_flash_layout_has_real_shapes():
     specs = _specs("deepseek-v4", sparse=True)
     for name, want in V4_FLASH_SHAPES.items():
@@ -110,7 +101,7 @@ def test_full_size_deepseek_v4_flash_layout_has_real_shapes():
     assert not any(".engram." in n for n in specs)  # V4-Flash has no engram
 
 
-def test_sparse_r1_is_written_in_seconds_with_holes(tmp_path):
+def test_sparse_r1_has_real_shapes_is_written_in_seconds_with_holes(tmp_path):
     start = time.monotonic()
     dst = synth_checkpoint("deepseek-v3-fp8", tmp_path / "r1", sparse=True)
     elapsed = time.monotonic() - start
@@ -119,6 +110,10 @@ def test_sparse_r1_is_written_in_seconds_with_holes(tmp_path):
     assert files[0] == "model-00001-of-000163.safetensors"
     cat = open_local(dst)
     assert len(cat.tensors) > 90_000
+    for name, (dtype, shape) in R1_SHAPES.items():
+        assert (cat.tensors[name].dtype, list(cat.tensors[name].shape)) == (dtype, shape), name
+    assert "model.layers.62.input_layernorm.weight" not in cat.tensors
+    assert "model.layers.2.mlp.gate.weight" not in cat.tensors  # three dense layers
     logical = sum(p.stat().st_size for p in dst.glob("*.safetensors"))
     on_disk = sum(p.stat().st_blocks * 512 for p in dst.glob("*.safetensors"))
     assert logical > 600e9 and on_disk < 200e6

@@ -5,8 +5,8 @@
   shared experts, BF16 compressors / indexer weights_proj / router / head, F32 hyper-connection
   parameters, ``mtp.0.*``, engram tables on ``engram_layer_ids``, ``expert_dtype: "fp4"``.
 - ``qwen3.5-moe-mxfp4``: Quark MXFP4 export of Qwen3.5-MoE: per-expert MXFP4 routed and shared
-  experts; attention (full and linear), routers, ``shared_expert_gate`` and lm_head stay BF16
-  and are listed in ``exclude`` by exact name (they are ``nn.Linear`` in Qwen's model).
+  experts; attention (full and linear, ``conv1d`` included), routers, ``shared_expert_gate`` and
+  lm_head stay BF16 and are listed in ``exclude`` by exact name.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from checkpoint_tool.synth.dims import (
 from checkpoint_tool.synth.expand import expand
 from checkpoint_tool.synth.families.deepseek_v4 import deepseek_v4_config, deepseek_v4_items
 from checkpoint_tool.synth.families.qwen3_5_moe import qwen3_5_moe_config, qwen3_5_moe_items
-from checkpoint_tool.synth.layout import Linear, SynthLayout
+from checkpoint_tool.synth.layout import Linear, Plain, SynthLayout
 from checkpoint_tool.synth.presets.base import PresetOptions, PresetSpec
 from checkpoint_tool.synth.quark import quark_config
 
@@ -60,6 +60,13 @@ def build_qwen3_5_moe_mxfp4(d: Dims, opts: PresetOptions) -> SynthLayout:
         return "quark_mxfp4" if lin.role in ("routed", "shared") else "bf16"
 
     exclude = [it.module for it in items if isinstance(it, Linear) and assign(it) == "bf16"]
+    # the gated delta-net conv1d is a Conv1d, not a Linear; listing it keeps every resolver
+    # (Quark's and vLLM's name matching) from applying the global MXFP4 spec to its weight
+    exclude += [
+        it.name.removesuffix(".weight")
+        for it in items
+        if isinstance(it, Plain) and it.name.endswith(".conv1d.weight")
+    ]
     qcfg = quark_config(global_spec="mxfp4", exclude=exclude)
     return SynthLayout(
         config=qwen3_5_moe_config(d, qcfg),
