@@ -16,10 +16,10 @@ Example::
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.quant.configs import (
@@ -75,10 +75,12 @@ FUSED_EXPERT_SUFFIXES = tuple(f".experts.{p}" for p in FUSED_EXPERT_PARAMS)
 SUPPORTED_METHODS = ("fp8", "quark", "modelopt", "deepseek_v4_fp8")
 
 
-class ResolvedTensor(BaseModel):
-    """One tensor's module, role and the scheme of its module (with the rule that matched)."""
+@dataclass(frozen=True, slots=True)
+class ResolvedTensor:
+    """One tensor's module, role and the scheme of its module (with the rule that matched).
 
-    model_config = ConfigDict(frozen=True)
+    A plain frozen dataclass: a catalog resolves ~100k of them per checkpoint.
+    """
 
     name: str
     module: str
@@ -184,11 +186,13 @@ def resolve_tensor(
     dtype: str | None = None,
     shape: tuple[int, ...] | None = None,
     semantics: Semantics = "vllm",
+    cache: dict[str, Scheme] | None = None,
 ) -> ResolvedTensor:
     """Role and scheme of one tensor name (``dtype``/``shape`` refine fused expert params).
 
     A fused 3-D expert parameter (``X.experts.gate_up_proj``) is its own module: its
-    ``module`` is the full tensor name.
+    ``module`` is the full tensor name. ``cache`` (module -> scheme) saves resolving a module
+    once per sibling tensor; pass one dict per config and semantics.
     """
     module, suffix = split_tensor_name(name)
     source = qconfig.source
@@ -209,11 +213,15 @@ def resolve_tensor(
     if role == "other":
         scheme = unquantized(source, f"parameter {suffix!r}: not a weight, stored as is")
         return ResolvedTensor(name=name, module=module, role=role, scheme=scheme)
-    reason = non_linear_reason(module)
-    if reason is not None:
-        scheme = unquantized(source, f"{reason}: never quantized")
-    else:
-        scheme = _scheme(qconfig, module, semantics)
+    scheme = cache.get(module) if cache is not None else None
+    if scheme is None:
+        reason = non_linear_reason(module)
+        if reason is not None:
+            scheme = unquantized(source, f"{reason}: never quantized")
+        else:
+            scheme = _scheme(qconfig, module, semantics)
+        if cache is not None:
+            cache[module] = scheme
     return ResolvedTensor(name=name, module=module, role=role, scheme=scheme)
 
 
@@ -252,8 +260,11 @@ def resolve_catalog(catalog: Any, *, semantics: Semantics = "vllm") -> ResolvedC
     """Resolve every tensor of ``catalog`` and report what the config does not explain."""
     where = str(catalog.root / "config.json")
     qconfig = load_quant_config(catalog.config, catalog.hf_quant_config, where=where)
+    cache: dict[str, Scheme] = {}
     tensors = {
-        name: resolve_tensor(qconfig, name, dtype=e.dtype, shape=e.shape, semantics=semantics)
+        name: resolve_tensor(
+            qconfig, name, dtype=e.dtype, shape=e.shape, semantics=semantics, cache=cache
+        )
         for name, e in catalog.tensors.items()
     }
     rc = ResolvedCatalog(qconfig=qconfig, tensors=tensors)
@@ -291,7 +302,7 @@ def _dsv4_float_linears(catalog: Any, rc: ResolvedCatalog, by_module: dict) -> N
             rule = "deepseek_v4: float weight without .scale (module built unquantized)"
             scheme = unquantized(rc.qconfig.source, rule)
             for n in parts.values():
-                rc.tensors[n] = rc.tensors[n].model_copy(update={"scheme": scheme})
+                rc.tensors[n] = replace(rc.tensors[n], scheme=scheme)
 
 
 def _check_module(catalog: Any, rc: ResolvedCatalog, module: str, parts: dict[str, str]) -> None:

@@ -13,6 +13,7 @@ Example config::
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import ClassVar, Literal
 
 from pydantic import field_validator
@@ -21,6 +22,7 @@ from checkpoint_tool.quant.configs.base import (
     QuantConfigBase,
     fp8_block_scheme,
     unquantized,
+    with_rule,
 )
 from checkpoint_tool.quant.configs.names import expert_parts, packed_siblings
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
@@ -53,27 +55,8 @@ class DeepSeekFp8Config(QuantConfigBase):
 
     def quantized_scheme(self, rule: str) -> Scheme:
         """The one FP8 scheme this config gives every quantized linear."""
-        if self.weight_block_size is not None:
-            ue8m0 = self.scale_fmt == "ue8m0"
-            return fp8_block_scheme(
-                self.weight_block_size,
-                scale_suffix="weight_scale_inv",
-                scale_dtypes=("F32", "F8_E8M0") if ue8m0 else ("F32",),
-                e8m0=ue8m0,
-                source=self.source,
-                rule=rule,
-            )
-        static = self.activation_scheme == "static"
-        return Scheme(
-            format=WeightFormat.FP8_PER_TENSOR,
-            weight_dtypes=("F8_E4M3",),
-            scale_suffix="weight_scale",
-            scale_dtypes=("F32",),
-            input_scale_suffix="input_scale" if static else None,
-            input_scale_dtypes=("F32",) if static else (),
-            activation=self.activation_scheme,
-            source=self.source,
-            rule=rule,
+        return _fp8_scheme_with_rule(
+            self.weight_block_size, self.scale_fmt, self.activation_scheme, rule
         )
 
     def scheme_for(self, module: str) -> Scheme:
@@ -103,3 +86,43 @@ class DeepSeekFp8Config(QuantConfigBase):
         kind = f"block {blk[0]}x{blk[1]}" if blk else "per-tensor"
         fmt = f", scale_fmt {self.scale_fmt}" if self.scale_fmt else ""
         return f"fp8 {kind}{fmt}, {len(self.ignored)} ignored layers"
+
+
+@lru_cache(maxsize=64)
+def _fp8_scheme(
+    weight_block_size: tuple[int, int] | None, scale_fmt: str | None, activation_scheme: str
+) -> Scheme:
+    """Built once per distinct config (a checkpoint resolves tens of thousands of modules)."""
+    source, rule = DeepSeekFp8Config.source, ""
+    if weight_block_size is not None:
+        ue8m0 = scale_fmt == "ue8m0"
+        return fp8_block_scheme(
+            weight_block_size,
+            scale_suffix="weight_scale_inv",
+            scale_dtypes=("F32", "F8_E8M0") if ue8m0 else ("F32",),
+            e8m0=ue8m0,
+            source=source,
+            rule=rule,
+        )
+    static = activation_scheme == "static"
+    return Scheme(
+        format=WeightFormat.FP8_PER_TENSOR,
+        weight_dtypes=("F8_E4M3",),
+        scale_suffix="weight_scale",
+        scale_dtypes=("F32",),
+        input_scale_suffix="input_scale" if static else None,
+        input_scale_dtypes=("F32",) if static else (),
+        activation=activation_scheme,
+        source=source,
+        rule=rule,
+    )
+
+
+@lru_cache(maxsize=4096)
+def _fp8_scheme_with_rule(
+    weight_block_size: tuple[int, int] | None,
+    scale_fmt: str | None,
+    activation_scheme: str,
+    rule: str,
+) -> Scheme:
+    return with_rule(_fp8_scheme(weight_block_size, scale_fmt, activation_scheme), rule)

@@ -25,7 +25,7 @@ import fnmatch
 import re
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from checkpoint_tool.quant.configs.base import QuantConfigBase
 from checkpoint_tool.quant.configs.names import expert_parts
@@ -65,6 +65,9 @@ class QuarkConfig(QuantConfigBase):
     quant_mode: str | None = None
     version: str | None = None
     kv_cache_quant_config: Any = None
+
+    #: (id of a spec owned by this config, rule) -> Scheme; specs live as long as the config
+    _schemes: dict[tuple[int, str], Scheme] = PrivateAttr(default_factory=dict)
 
     # -- vLLM semantics ------------------------------------------------------------------------
 
@@ -128,13 +131,18 @@ class QuarkConfig(QuantConfigBase):
 
     # -- QuantConfigBase -----------------------------------------------------------------------
 
+    def _scheme(self, spec: QuarkLayerSpec | None, rule: str) -> Scheme:
+        key = (id(spec), rule)
+        scheme = self._schemes.get(key)
+        if scheme is None:
+            scheme = self._schemes[key] = scheme_from_spec(spec, rule)
+        return scheme
+
     def scheme_for(self, module: str) -> Scheme:
-        spec, rule = self.vllm_match(module)
-        return scheme_from_spec(spec, rule)
+        return self._scheme(*self.vllm_match(module))
 
     def producer_scheme_for(self, module: str) -> Scheme:
-        spec, rule = self.producer_match(module)
-        return scheme_from_spec(spec, rule)
+        return self._scheme(*self.producer_match(module))
 
     def summary(self) -> str:
         glob = scheme_from_spec(self.global_quant_config, "global").short()
