@@ -268,6 +268,14 @@ def resolve_catalog(catalog: Any, *, semantics: Semantics = "vllm") -> ResolvedC
         for name, e in catalog.tensors.items()
     }
     rc = ResolvedCatalog(qconfig=qconfig, tensors=tensors)
+    if isinstance(qconfig, QuarkConfig) and qconfig.export is None:
+        msg = (
+            "Quark quantization_config has no 'export' block; vLLM refuses such configs "
+            "(add the export block the producer wrote)"
+        )
+        rc.issues.append(
+            Issue(severity="error", file="config.json", rule="config_incomplete", message=msg)
+        )
     by_module: dict[str, dict[str, str]] = defaultdict(dict)
     for name, t in tensors.items():
         by_module[t.module][split_tensor_name(name)[1]] = name

@@ -138,3 +138,20 @@ def test_deepseek_v4_float_linears_without_scale_are_unquantized(tmp_path):
     )
     assert rules(rc) == [("missing_scale", "layers.0.attn.wo_a.weight")]
     assert not rc.tensors["layers.0.attn.compressor.wkv.weight"].scheme.quantized
+
+
+def test_quark_config_without_export_block(tmp_path):
+    qc = {k: v for k, v in QC.items() if k != "export"}
+    rc = resolve(tmp_path, GOOD, qc=qc)
+    assert [(i.rule, i.file) for i in rc.issues] == [("config_incomplete", "config.json")]
+
+
+def test_vllm_unquantized_helpers_are_not_linears():
+    cfg = QuarkConfig.model_validate(QC)
+    for name in (
+        "model.layers.0.linear_attn.conv1d.weight",
+        "model.layers.0.mlp.shared_expert_gate.weight",
+        "model.layers.61.eh_proj.weight",
+        "model.layers.0.self_attn.indexer.weights_proj.weight",
+    ):
+        assert not resolve_tensor(cfg, name).scheme.quantized, name

@@ -45,6 +45,8 @@ _NON_LINEAR_LAST = {
     "eh_proj": "MTP projection (vLLM builds it as a plain nn.Linear)",
     "weights_proj": "indexer weights_proj (created without a quant config)",
     "router": "router",
+    "conv1d": "convolution (gated delta-net conv1d)",
+    "shared_expert_gate": "shared-expert gate (vLLM builds it without a quant config)",
 }
 
 
