@@ -144,6 +144,10 @@ def check_names(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFi
         seen.add(pat)
         field, pattern = pat
         p_set, v_set = producer.get(pat, set()), vllm.get(pat, set())
+        if field == "layer_quant_config" and (pattern or "").startswith("re:") and not p_set:
+            # neither Quark's fnmatch nor vLLM's matcher reads it; what it was written for is
+            # what the regex names (as the DeepSeek-V4 FSE gate reads it: fullmatch)
+            p_set = _regex_modules(pattern[3:], sample)
         if not p_set and not v_set:
             if "name_pattern_unmatched" in rules:
                 out.append(rules["name_pattern_unmatched"].finding(field=field, pattern=pattern))
@@ -165,7 +169,10 @@ def _differs(
     v_set: set[str],
 ) -> list[EngineFinding]:
     affected = sorted(p_set ^ v_set)
-    diffs = scheme_differences(ctx.qconfig, affected)
+    if field == "layer_quant_config" and pattern.startswith("re:"):
+        diffs = _regex_key_differences(ctx, pattern, affected)
+    else:
+        diffs = scheme_differences(ctx.qconfig, affected)
     changed = sorted(d.module for d in diffs)
     rule_id = "name_pattern_changes_storage" if changed else "name_pattern_differs"
     if rule_id not in rules:
@@ -200,6 +207,28 @@ def _differs(
             },
         )
     ]
+
+
+def _regex_key_differences(ctx: EngineContext, pattern: str, modules: list[str]) -> list[Any]:
+    """Modules the ``re:`` key was meant for whose vLLM scheme stores something else."""
+    from checkpoint_tool.quant.configs.quark_spec import scheme_from_spec
+    from checkpoint_tool.quant.resolve import SchemeDifference, storage_key
+
+    meant = scheme_from_spec(ctx.qconfig.layer_quant_config[pattern], f"re: key {pattern!r}")
+    out = []
+    for module in modules:
+        got = ctx.qconfig.scheme_for(module)
+        if storage_key(got) != storage_key(meant):
+            out.append(SchemeDifference(module=module, vllm=got, producer=meant))
+    return out
+
+
+def _regex_modules(regex: str, modules: list[str]) -> set[str]:
+    try:
+        rx = re.compile(regex)
+    except re.error:
+        return set()
+    return {m for m in modules if rx.fullmatch(m)}
 
 
 def _scheme(ctx: EngineContext, module: str, semantics: str) -> str:

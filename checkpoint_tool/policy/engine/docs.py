@@ -1,0 +1,91 @@
+"""Render ``docs/engine-compat.md`` from the rule table (the table is the source of truth).
+
+Regenerate after editing ``rules.yaml``::
+
+    .venv/bin/python -m checkpoint_tool.policy.engine.docs docs/engine-compat.md
+
+``tests/policy/engine/test_docs.py`` fails while the file in docs/ is stale.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .model import RuleTable, load_rule_table
+
+DOC_PATH = Path("docs/engine-compat.md")
+
+INTRO = """\
+# Engine compatibility (`ckpt inspect --target`)
+
+`ckpt inspect SRC --target vllm-0.33` adds an `engine` section to the inspect report: what
+the target engine will do with the checkpoint, predicted from config.json and the
+safetensors headers (plus 4-byte reads of NVFP4 global scales). Each finding has a
+severity, the modules/tensors/layers concerned, the engine's own message where it raises
+or logs one, and the engine source file the rule mirrors.
+
+- **error**: the engine refuses the checkpoint or crashes while loading it (or, where noted,
+  loads it with misaligned data).
+- **warning**: it loads, but does something else than the producer meant.
+- **info**: a fact worth knowing (padding the engine adds).
+
+Options: `--tp N`, `--ep`, `--eplb`, `--all2all nixl_ep`, `--moe-backend NAME` (MXFP4 round-up).
+The section is `engine` in `--format json`:
+`{"target", "engine", "version", "tp", "moe_backend", "ep", "eplb", "all2all",
+"findings": [{"rule", "severity", "message", "upstream", "source", "modules",
+"modules_total", "tensors", "layers", "details"}], "rules_checked": [...],
+"summary": {"errors", "warnings", "infos", "will_load", "text"}}`.
+The exit code is 1 when the policy or the engine section has an error.
+
+Rules and targets are data: `checkpoint_tool/policy/engine/rules.yaml`. A new engine release
+is a new target there (and version bounds on the rules that changed); each rule id has one
+small check in `checkpoint_tool/policy/engine/checks_*.py`. This page is generated from the
+table (`python -m checkpoint_tool.policy.engine.docs docs/engine-compat.md`); a test keeps it
+current.
+"""
+
+
+def _cell(text: str | None) -> str:
+    return (text or "—").replace("|", "\\|").replace("\n", " ")
+
+
+def render(table: RuleTable | None = None) -> str:
+    """The whole Markdown page."""
+    table = table or load_rule_table()
+    out = [
+        INTRO,
+        "## Targets\n",
+        "| target | engine | version | FSE | MXFP4 round-up per backend |",
+    ]
+    out.append("|---|---|---|---|---|")
+    for name, t in sorted(table.targets.items()):
+        ru = ", ".join(f"{b} {m}" for b, m in sorted(t.mxfp4_round_up.items()))
+        ru += f"; ROCm default {t.mxfp4_round_up_rocm_default}"
+        default = " (default)" if name == table.default_target else ""
+        out.append(f"| `{name}`{default} | {t.engine} | {t.version} | {t.fse} | {ru} |")
+    out += ["", "## Rules\n"]
+    out.append("| rule | versions | severity | what | engine message | mirrors |")
+    out.append("|---|---|---|---|---|---|")
+    for r in table.rules:
+        up = f"`{_cell(r.upstream)}`" if r.upstream else "—"
+        flag = " (unverified, see note)" if not r.verified else ""
+        out.append(
+            f"| `{r.id}` | {r.engine} {_cell(r.versions)} | {r.severity}{flag} | {_cell(r.title)} "
+            f"| {up} | `{r.source}` |"
+        )
+    notes = [r for r in table.rules if r.note]
+    if notes:
+        out += ["", "## Notes\n"]
+        out += [f"- `{r.id}`: {r.note}" for r in notes]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    path = Path(argv[0]) if argv else DOC_PATH
+    path.write_text(render(), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
