@@ -85,7 +85,7 @@ def check_tp(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFindi
         )
     for (size, tp, fmt, block, group), layers in sorted(_layer_groups(ctx).items(), key=str):
         per_rank = size // tp
-        p = {"layers": layers, "size": size, "tp": tp, "per_rank": per_rank}
+        p = {"size": size, "tp": tp, "per_rank": per_rank}
         if size % tp:
             if "tp_intermediate_not_divisible" in rules:
                 out.append(rules["tp_intermediate_not_divisible"].finding(layers=layers, **p))

@@ -36,7 +36,7 @@ class InspectReport(PolicyReport):
 
 def with_engine(policy: PolicyReport, engine: EngineReport | None) -> InspectReport:
     """The policy report with its engine section attached."""
-    return InspectReport(**dict(policy), engine=engine)
+    return InspectReport(**{**dict(policy), "engine": engine})
 
 
 def render_engine_human(engine: EngineReport | None, console: Console) -> None:

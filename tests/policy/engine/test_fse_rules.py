@@ -1,0 +1,47 @@
+"""FSE rules: mixed per-layer FSE on an all-or-nothing target, and on a per-layer target
+with EP / EPLB / nixl_ep (a target that exists only in the test's own rule table)."""
+
+from __future__ import annotations
+
+from checkpoint_tool.policy.engine.model import load_rule_table, table_from_dict
+
+from .helpers import by_rule, engine
+
+
+def _per_layer_table():
+    base = load_rule_table().model_dump()
+    data = {
+        "default_target": "vllm-0.34",
+        "targets": {
+            "vllm-0.34": {
+                **{k: v for k, v in base["targets"]["vllm-0.33"].items() if k != "name"},
+                "version": "0.34.0",
+                "fse": "per_layer",
+            }
+        },
+        "rules": base["rules"],
+    }
+    return table_from_dict(data)
+
+
+def test_mixed_fse_refused_all_or_nothing(variant):
+    # quark-hybrid: layers 1, 2 cannot fuse (excluded / different shared specs), 3, 4 can
+    [f] = by_rule(engine(variant("quark-hybrid")))["fse_mixed_all_or_nothing"]
+    assert f.upstream == "Fused shared experts must be enabled for all MoE layers"
+    assert f.details == {"enabled": [3, 4], "disabled": [1, 2]}
+
+
+def test_uniform_fse_accepted(variant):
+    assert "fse_mixed_all_or_nothing" not in by_rule(engine(variant("quark-mxfp4")))
+
+
+def test_per_layer_target(variant):
+    table = _per_layer_table()
+    path = variant("quark-hybrid")
+    plain = by_rule(engine(path, table=table))
+    assert "fse_mixed_all_or_nothing" not in plain  # version range ends before 0.34
+    assert "fse_mixed_under_parallelism" not in plain
+    [f] = by_rule(engine(path, table=table, ep=True, eplb=True))["fse_mixed_under_parallelism"]
+    assert "--ep, --eplb" in f.message
+    [g] = by_rule(engine(path, table=table, all2all="nixl_ep"))["fse_mixed_under_parallelism"]
+    assert "--all2all nixl_ep" in g.message
