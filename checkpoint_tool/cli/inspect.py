@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         src: Annotated[
             str, typer.Argument(help="Checkpoint folder, .safetensors file or hub repo id.")
         ],
-        tp: Annotated[int, typer.Option("--tp", min=1, help="Tensor-parallel size.")] = 1,
+        tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size (>= 1).")] = 1,
         ep: Annotated[
             bool, typer.Option("--ep", help="Expert parallelism (experts not TP-split).")
         ] = False,

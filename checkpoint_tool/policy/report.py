@@ -9,11 +9,13 @@ Stable and documented (``docs/inspect.md``, JSON Schema in
                      "routed": {"scheme": "mxfp4/32", ...},
                      "shared": {"scheme": "fp8_block[128,128]", ...} | null,
                      "fse": {"enabled": false, "code": "quark_different_configs",
-                             "reason": "Quark uses different ... at model.layers.3.mlp.shared_experts"},
+                             "reason": "Quark uses ... at model.layers.3.mlp.shared_experts"},
                      "intermediate": {"size": 160, "per_rank": 80, "padded_per_rank": 96, ...}}],
      "summary": {"fse_enabled_layers": [1, 2], "fse_disabled_layers": [3],
-                 "reasons": {"Quark uses different ... at {prefix}": [3]}, "text": "..."},
-     "issues": [{"severity": "error", "tensor": "...", "rule": "...", "message": "..."}]}
+                 "reasons": {"Quark uses ... at model.layers.N.mlp.shared_experts": [3]},
+                 "text": "fused shared experts: enabled on MoE layer(s) [1, 2]; ..."},
+     "issues": [{"severity": "error", "tensor": "...", "rule": "...", "message": "..."}],
+     "engine": {...} | null}     # issue 10: what --target (default: newest vLLM) will do
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from checkpoint_tool.policy.engine.model import EngineReport
 from checkpoint_tool.report import Issue
 
 FseMode = Literal["auto", "on", "off"]
@@ -81,7 +84,8 @@ class FseDecision(_Model):
     code: str
     #: the reason in the engine's words (exact vLLM strings for vLLM gates); None when enabled
     reason: str | None = None
-    #: ``reason`` with the layer-specific part as ``{prefix}``; groups layers in the summary
+    #: ``reason`` with the layer index in the module prefix written ``N``
+    #: (``... at model.layers.N.mlp.shared_experts``); groups layers in the summary
     reason_template: str | None = None
     #: who says so: "vllm" (mirrors is_shared_expert_quant_fse_compatible), "ckpt" (layout
     #: checks of this tool), "option" (--fse / --ep / --eplb / --all2all)
@@ -137,7 +141,7 @@ class PolicySummary(_Model):
     fse_disabled_layers: list[int] = Field(default_factory=list)
     #: layers without shared experts (FSE does not apply)
     fse_not_applicable_layers: list[int] = Field(default_factory=list)
-    #: each distinct skip reason (template with ``{prefix}``) -> the layers it applies to
+    #: each distinct skip reason (``reason_template``) -> the layers it applies to
     reasons: dict[str, list[int]] = Field(default_factory=dict)
     #: layers whose routed (or shared) intermediate needs padding for this --tp
     padded_layers: list[int] = Field(default_factory=list)
@@ -161,10 +165,16 @@ class PolicyReport(_Model):
     moe_layers: list[MoeLayerPolicy] = Field(default_factory=list)
     summary: PolicySummary
     issues: list[Issue] = Field(default_factory=list)
+    #: what the target engine will do with the checkpoint (``--target``; issue 10); see
+    #: docs/engine-compat.md. None when no engine section was built.
+    engine: EngineReport | None = None
 
     @property
     def has_errors(self) -> bool:
-        return any(i.severity == "error" for i in self.issues)
+        """An error finding in the policy or in the engine section (exit code 1)."""
+        if any(i.severity == "error" for i in self.issues):
+            return True
+        return bool(self.engine is not None and self.engine.has_errors)
 
     def layer(self, index: int) -> MoeLayerPolicy | None:
         for m in self.moe_layers:

@@ -2,13 +2,13 @@
 
 ``fused shared experts: enabled on MoE layer(s) [1, 2, 4]; disabled on MoE layer(s) [3]``,
 then each distinct skip reason once with its layers (reasons are grouped by their template,
-``{prefix}`` standing for the layer's shared-expert module).
+the reason with the layer index written ``N``).
 
 Example::
 
     summarize(layers, issues).reasons
-    # {"Quark excludes shared experts at {prefix}": [3],
-    #  "Quark uses different quantization configurations ... at {prefix}": [4]}
+    # {"Quark excludes shared experts at model.layers.N.mlp.shared_experts": [3],
+    #  "Quark uses different quantization configurations ... at model.layers.N...": [4]}
 """
 
 from __future__ import annotations
