@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 import re
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -36,6 +37,11 @@ def parse_size(text: str) -> int:
     number, prefix, binary = m.groups()
     power = "kmgt".index(prefix) + 1 if prefix else 0
     return int(float(number) * (1024 if binary else 1000) ** power)
+
+
+class DataMode(str, Enum):
+    quantize = "quantize"
+    codes = "codes"
 
 
 class PresetRow(BaseModel):
@@ -169,6 +175,14 @@ def register(app: typer.Typer) -> None:
         overwrite: Annotated[
             bool, typer.Option("--overwrite", help="Replace a checkpoint already in DST.")
         ] = False,
+        data: Annotated[
+            DataMode,
+            typer.Option(
+                "--data",
+                help="quantize: N(0,0.02) floats through the codecs; codes: random valid "
+                "codes drawn directly (much faster, for large benchmark data).",
+            ),
+        ] = DataMode.quantize,
         fmt: Annotated[
             OutputFormat, typer.Option("--format", help="Output format of the report.")
         ] = OutputFormat.human,
@@ -204,6 +218,7 @@ def register(app: typer.Typer) -> None:
                 shards=shards,
                 sparse=sparse,
                 overwrite=overwrite,
+                data=data.value,
                 progress=tick,
             )
         emit(

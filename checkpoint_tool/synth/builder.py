@@ -127,12 +127,15 @@ def synth_checkpoint(
     sparse: bool = False,
     fused_experts: bool = False,
     overwrite: bool = False,
+    data: str = "quantize",
     progress: Progress | None = None,
 ) -> Path:
     """Write checkpoint ``preset`` into folder ``dst`` and return ``dst``.
 
     ``shard_size`` (bytes) splits greedily; ``shards`` splits into that many shards balanced
     by bytes; neither: full-size layouts use the real shard count, tiny ones 1 MiB shards.
+    ``data="codes"`` draws valid storage codes directly instead of quantizing floats (fast,
+    for large benchmark checkpoints; see ``synth.data.DATA_MODES``).
     """
     layout = build_layout(
         preset,
@@ -152,6 +155,7 @@ def synth_checkpoint(
         shards=shards,
         sparse=sparse,
         overwrite=overwrite,
+        data=data,
         progress=progress,
     )
     return Path(dst)
@@ -175,6 +179,7 @@ def write_layout(
     shards: int | None = None,
     sparse: bool = False,
     overwrite: bool = False,
+    data: str = "quantize",
     progress: Progress | None = None,
 ) -> WriteSummary:
     """Write a built layout into ``dst`` (see ``synth_checkpoint`` for the options).
@@ -185,7 +190,8 @@ def write_layout(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return _write_layout(layout, dst, seed, shard_size, shards, sparse, overwrite, progress)
+        gen = DataGenerator(seed, mode=data)
+        return _write_layout(layout, dst, gen, shard_size, shards, sparse, overwrite, progress)
     finally:
         torch.set_num_threads(threads)
 
@@ -193,7 +199,7 @@ def write_layout(
 def _write_layout(
     layout: SynthLayout,
     dst: Path,
-    seed: int,
+    gen: DataGenerator,
     shard_size: int | None,
     shards: int | None,
     sparse: bool,
@@ -204,7 +210,6 @@ def _write_layout(
     dst = Path(dst)
     _prepare_dst(dst, overwrite)
     total = sum(spec_nbytes(s) for s in layout.tensors)
-    gen = DataGenerator(seed)
     weight_map: dict[str, str] = {}
     file_bytes = 0
     done = 0

@@ -127,3 +127,30 @@ def test_nvfp4_gate_and_up_share_global_and_input_scales(synth_ckpt):
     assert val(f"{m}.0.gate_proj.input_scale_2") == val(f"{m}.3.up_proj.input_scale_2")
     assert val(f"{m}.0.gate_proj.weight_scale_2") != val(f"{m}.1.gate_proj.weight_scale_2")
     assert val(f"{m}.0.down_proj.input_scale_2") == val(f"{m}.5.down_proj.input_scale_2")
+
+
+@pytest.mark.parametrize(
+    "preset", ["quark-hybrid", "quark-nvfp4", "deepseek-v4", "quark-fp8-per-tensor"]
+)
+def test_codes_mode_is_validly_encoded(synth_ckpt, preset):
+    """--data codes draws storage codes directly: still no NaN code, finite positive values."""
+    path = synth_ckpt(preset, data="codes", n_routed=2)
+    cat = open_local(path)
+    layout = build_layout(preset, n_routed=2)
+    for (group, member, enc_key, _rows, _inp), names in _modules(layout).items():
+        enc = ENCODINGS[enc_key]
+        for role, name in names.items():
+            entry = cat.tensors[name]
+            if entry.dtype == "F8_E4M3":
+                assert not np.isin(_raw(cat, entry), [0x7F, 0xFF]).any(), name
+            if entry.dtype in ("F8_E8M0", "U8") and role == "scale":
+                assert (_raw(cat, entry) != 255).all(), name
+        codec = codec_for_format(
+            enc.format, block=enc.block, group_size=enc.group_size, scale_dtype=enc.scale_dtype
+        )
+        parts = {r: read_tensor(cat, n) for r, n in names.items() if r != "input_scale"}
+        assert torch.isfinite(codec.dequantize(parts)).all(), group[member]
+    if preset == "quark-nvfp4":
+        m = "model.layers.2.mlp.shared_experts"
+        gate = read_tensor(cat, f"{m}.gate_proj.weight_scale_2")
+        assert float(gate) == float(read_tensor(cat, f"{m}.up_proj.weight_scale_2")) > 0
