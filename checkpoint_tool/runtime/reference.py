@@ -1,0 +1,110 @@
+"""The oracle: a plain per-expert loop on float32 dequantized weights, computed in float64.
+
+Weights are decoded by the codecs (``get_codec(scheme).dequantize``), never by the runtime's
+kernels. Fused shared slots and separate shared experts are both computed here as separate
+shared experts (weight 1, times the Qwen shared gate when present), so comparing
+``run_moe`` on a fused layout against this reference checks the slot weight too.
+
+Block-FP8 projections whose scheme has dynamic activations (w8a8) see their input quantized
+per token and 128-column group, exactly as the runtime does (``activation.py``); FP4 formats
+run weight-only (W4A16), as vLLM does on Hopper.
+
+Example::
+
+    y = moe_reference(x, layer, RoutingConfig(top_k=8, ...))   # float32 [T, H]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from checkpoint_tool.errors import InputError
+from checkpoint_tool.quant.scheme import WeightFormat
+from checkpoint_tool.runtime.activation import (
+    dequantize_per_token_group,
+    quantize_per_token_group,
+)
+from checkpoint_tool.runtime.routing import RoutingConfig, route
+from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
+
+Dequantizer = Callable[[Projection], torch.Tensor]
+TopK = tuple[torch.Tensor, torch.Tensor]
+
+
+def dequantize_projection(proj: Projection) -> torch.Tensor:
+    """float32 ``[out, in]`` of a projection, decoded by ``checkpoint_tool.quant.codecs``."""
+    from checkpoint_tool.quant.codecs import get_codec
+
+    w = get_codec(proj.scheme).dequantize(proj.parts)
+    expected = (proj.out_features, proj.in_features)
+    if tuple(w.shape) != expected:
+        raise InputError(f"{proj.label}: decoded shape {tuple(w.shape)} != expected {expected}")
+    return w.float()
+
+
+def uses_w8a8(proj: Projection, w8a8: bool | None = None) -> bool:
+    """Whether the input of ``proj`` is quantized to FP8 per token-group (block FP8 only).
+
+    ``w8a8=None`` follows the scheme (dynamic activations -> yes); True/False force it.
+    """
+    if proj.format is not WeightFormat.FP8_BLOCK:
+        return False
+    return proj.scheme.activation == "dynamic" if w8a8 is None else bool(w8a8)
+
+
+def shared_weight(x: torch.Tensor, layer: MoeLayerWeights) -> torch.Tensor:
+    """float32 ``[T]`` multiplier of every shared expert (1, or the Qwen sigmoid gate)."""
+    if layer.shared_gate_weight is None:
+        return torch.ones(x.shape[0], dtype=torch.float32, device=x.device)
+    gate = layer.shared_gate_weight.float().to(x.device).reshape(1, -1)
+    return torch.sigmoid(x.float() @ gate.t()).reshape(-1)
+
+
+def moe_reference(
+    x: torch.Tensor,
+    layer: MoeLayerWeights,
+    routing: RoutingConfig,
+    *,
+    topk: TopK | None = None,
+    w8a8: bool | None = None,
+    dequantize: Dequantizer | None = None,
+) -> torch.Tensor:
+    """float32 ``[T, H]`` output of the layer for ``x [T, H]``.
+
+    ``topk`` (ids, weights) overrides the routing (to compare backends on one routing);
+    ``dequantize`` overrides the codec decoder (tests of the decoders themselves).
+    """
+    deq = dequantize or dequantize_projection
+    if topk is None:
+        topk = route(x, layer.router_weight, routing, layer.e_score_correction_bias)
+    ids, weights = topk
+    x32 = x.float()
+    out = torch.zeros(x.shape[0], layer.hidden, dtype=torch.float64, device=x.device)
+    for e in range(layer.n_routed):
+        rows, slots = (ids == e).nonzero(as_tuple=True)
+        if rows.numel() == 0:
+            continue
+        y = expert_forward(x32[rows], layer.experts[e], deq, w8a8)
+        out.index_add_(0, rows, y * weights[rows, slots].double().unsqueeze(-1))
+    gate = shared_weight(x, layer).double().unsqueeze(-1)
+    for ex in (*layer.fused_shared, *layer.shared):
+        out += expert_forward(x32, ex, deq, w8a8) * gate
+    return out.float()
+
+
+def expert_forward(
+    a: torch.Tensor, ex: ExpertWeights, deq: Dequantizer, w8a8: bool | None = None
+) -> torch.Tensor:
+    """float64 ``down(silu(gate(a)) * up(a))`` of one expert on float32 rows ``a``."""
+    wg, wu, wd = (deq(p).double().to(a.device) for p in ex.projections())
+    a_in = _activation(a, ex.gate, w8a8)
+    h = torch.nn.functional.silu(a_in @ wg.t()) * (a_in @ wu.t())
+    return _activation(h.float(), ex.down, w8a8) @ wd.t()
+
+
+def _activation(a: torch.Tensor, proj: Projection, w8a8: bool | None) -> torch.Tensor:
+    if uses_w8a8(proj, w8a8):
+        return dequantize_per_token_group(*quantize_per_token_group(a)).double()
+    return a.double()

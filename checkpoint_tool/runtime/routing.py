@@ -1,0 +1,145 @@
+"""Token routing of one MoE layer, as the model's config.json defines it.
+
+Scores are ``softmax`` or ``sigmoid`` of the float32 router logits ``x @ W_router^T``.
+Experts are chosen greedily (top-k), by ``group_limited_greedy`` (DeepSeek-V2: keep the
+``topk_group`` best of ``n_group`` groups by their best score) or by ``noaux_tc``
+(DeepSeek-V3 / GLM-4 MoE: ``e_score_correction_bias`` is added to the scores *for the
+selection only*; a group's score is the sum of its two best biased scores). The weights are
+the unbiased scores of the chosen experts, renormalised to sum 1 when ``norm_topk_prob``,
+then multiplied by ``routed_scaling_factor`` (applied per routed weight here; vLLM applies it
+to the routed sum, the same up to rounding).
+
+Example (DeepSeek-V3 config.json fields)::
+
+    cfg = RoutingConfig.from_hf_config({"num_experts_per_tok": 8, "scoring_func": "sigmoid",
+        "topk_method": "noaux_tc", "n_group": 8, "topk_group": 4, "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5, "n_routed_experts": 256})
+    ids, weights = route(x, router_weight, cfg, correction_bias)   # [T, 8] int64, float32
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from checkpoint_tool.errors import InputError
+
+ScoringFunc = Literal["softmax", "sigmoid"]
+TopkMethod = Literal["greedy", "group_limited_greedy", "noaux_tc"]
+
+#: config.json keys that name the number of experts chosen per token, by family
+_TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "n_activated_experts", "top_k")
+#: families whose config omits scoring_func / topk_method but always route like DeepSeek-V3
+_NOAUX_SIGMOID_FAMILIES = ("glm4_moe", "deepseek_v3")
+
+
+class RoutingConfig(BaseModel):
+    """How a layer picks and weights its experts (the config.json routing fields)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    top_k: int
+    scoring_func: ScoringFunc = "softmax"
+    topk_method: TopkMethod = "greedy"
+    n_group: int = 1
+    topk_group: int = 1
+    norm_topk_prob: bool = False
+    routed_scaling_factor: float = 1.0
+
+    @classmethod
+    def from_hf_config(
+        cls, config: dict[str, Any], *, source: str = "config.json"
+    ) -> RoutingConfig:
+        """Read the routing fields of a DeepSeek / GLM / Qwen MoE ``config.json``.
+
+        Unknown scoring functions or top-k methods raise ``InputError`` naming the key.
+        """
+        top_k = next((config[k] for k in _TOP_K_KEYS if config.get(k) is not None), None)
+        if top_k is None:
+            raise InputError(
+                f"{source}: no top-k field ({' / '.join(_TOP_K_KEYS)}); "
+                "this is not a MoE config, or pass the routing config explicitly"
+            )
+        model_type = str(config.get("model_type", ""))
+        default_noaux = model_type in _NOAUX_SIGMOID_FAMILIES
+        scoring = config.get("scoring_func") or ("sigmoid" if default_noaux else "softmax")
+        method = config.get("topk_method") or ("noaux_tc" if default_noaux else "greedy")
+        if scoring not in ("softmax", "sigmoid"):
+            raise InputError(
+                f"{source}: scoring_func {scoring!r} is not supported by the runtime "
+                "(supported: softmax, sigmoid)"
+            )
+        if method not in ("greedy", "group_limited_greedy", "noaux_tc"):
+            raise InputError(
+                f"{source}: topk_method {method!r} is not supported by the runtime "
+                "(supported: greedy, group_limited_greedy, noaux_tc)"
+            )
+        return cls(
+            top_k=int(top_k),
+            scoring_func=scoring,
+            topk_method=method,
+            n_group=int(config.get("n_group") or 1),
+            topk_group=int(config.get("topk_group") or 1),
+            norm_topk_prob=bool(config.get("norm_topk_prob", False)),
+            routed_scaling_factor=float(config.get("routed_scaling_factor") or 1.0),
+        )
+
+
+def router_logits(x: torch.Tensor, router_weight: torch.Tensor) -> torch.Tensor:
+    """float32 logits ``[T, E]`` of ``x [T, H]`` against the router weight ``[E, H]``."""
+    return x.float() @ router_weight.float().t()
+
+
+def route(
+    x: torch.Tensor,
+    router_weight: torch.Tensor,
+    cfg: RoutingConfig,
+    correction_bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Choose ``cfg.top_k`` experts per token: ids ``[T, k]`` int64, weights ``[T, k]`` float32.
+
+    The weights already include ``routed_scaling_factor``.
+    """
+    logits = router_logits(x, router_weight)
+    num_experts = logits.shape[1]
+    if cfg.top_k > num_experts:
+        raise InputError(f"routing: top_k {cfg.top_k} exceeds the {num_experts} routed experts")
+    scores = logits.softmax(dim=-1) if cfg.scoring_func == "softmax" else logits.sigmoid()
+
+    choice = scores
+    if cfg.topk_method == "noaux_tc":
+        if correction_bias is None:
+            raise InputError(
+                "routing: topk_method noaux_tc needs the layer's e_score_correction_bias tensor"
+            )
+        choice = scores + correction_bias.float().to(scores.device)
+    if cfg.topk_method != "greedy" and cfg.n_group > 1:
+        choice = _mask_groups(choice, cfg)
+
+    ids = torch.topk(choice, cfg.top_k, dim=-1, sorted=True).indices
+    weights = scores.gather(1, ids)
+    if cfg.norm_topk_prob and cfg.top_k > 1:
+        weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+    return ids, weights * cfg.routed_scaling_factor
+
+
+def _mask_groups(choice: torch.Tensor, cfg: RoutingConfig) -> torch.Tensor:
+    """Keep only the ``topk_group`` best expert groups per token (others -> -inf)."""
+    num_tokens, num_experts = choice.shape
+    if num_experts % cfg.n_group:
+        raise InputError(
+            f"routing: {num_experts} experts do not split into n_group={cfg.n_group} groups"
+        )
+    if not 1 <= cfg.topk_group <= cfg.n_group:
+        raise InputError(f"routing: topk_group {cfg.topk_group} not in 1..n_group {cfg.n_group}")
+    grouped = choice.view(num_tokens, cfg.n_group, num_experts // cfg.n_group)
+    if cfg.topk_method == "noaux_tc":
+        group_scores = grouped.topk(min(2, grouped.shape[-1]), dim=-1).values.sum(dim=-1)
+    else:
+        group_scores = grouped.max(dim=-1).values
+    best = group_scores.topk(cfg.topk_group, dim=-1, sorted=False).indices
+    keep = torch.zeros_like(group_scores, dtype=torch.bool).scatter_(1, best, True)
+    keep = keep.unsqueeze(-1).expand_as(grouped).reshape(num_tokens, num_experts)
+    return choice.masked_fill(~keep, float("-inf"))
