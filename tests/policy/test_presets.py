@@ -139,3 +139,45 @@ def test_other_quark_presets_fuse_everywhere_and_round_trip_as_json(synth_ckpt, 
     assert r.summary.fse_enabled_layers == [1, 2, 3]
     assert not r.has_errors, [i.line() for i in r.issues]
     assert PolicyReport.model_validate_json(r.model_dump_json()) == r
+
+
+def test_deepseek_v4_native_fp4_experts_fp8_shared_refuse_fse_with_vllms_reason(synth_ckpt):
+    # tiny V4: 4 layers, every one MoE, plus mtp.0 as global layer 4
+    r = _policy(synth_ckpt, "deepseek-v4")
+    assert r.model.family == "deepseek_v4"
+    assert [m.layer for m in r.moe_layers] == [0, 1, 2, 3, 4]
+    mtp = r.layer(4)
+    assert (
+        mtp.is_mtp and mtp.prefix == "mtp.0.ffn" and mtp.shared.prefix == "mtp.0.ffn.shared_experts"
+    )
+    assert r.layer(1).routed.prefix == "layers.1.ffn.experts"
+    # expert_dtype fp4 -> MXFP4 routed experts; shared experts are ue8m0 block FP8
+    assert (r.layer(1).routed.scheme, r.layer(1).shared.scheme) == (
+        "mxfp4/32",
+        "fp8_block[128,128]",
+    )
+    # a native (quant_method fp8) checkpoint is not a Quark MXFP4 export
+    assert r.summary.reasons == {
+        "DeepSeek-v4 FSE is only implemented/tested with Quark MXFP4": [0, 1, 2, 3, 4]
+    }
+
+
+def test_qwen35_singular_shared_expert_fuses(synth_ckpt):
+    src = synth_ckpt("qwen3.5-moe-mxfp4")
+    r = build_policy(open_catalog(src), tp=2)
+    assert r.model.family == "qwen3_moe"
+    assert r.summary.fse_enabled_layers == [0, 1, 2, 3]
+    m = r.layer(1)
+    assert m.prefix == "model.language_model.layers.1.mlp"
+    assert m.shared.prefix == "model.language_model.layers.1.mlp.shared_expert"
+    assert m.fse.slots == [8] and m.shared.scheme == "mxfp4/32"
+    assert not r.has_errors
+    # the BF16 shared_expert_gate in Quark's exclude list must not count as an excluded
+    # shared projection (vLLM test: Qwen3.5 MXFP4 keeps FSE)
+    from checkpoint_tool.model import model_facts
+
+    cat = open_catalog(src)
+    assert model_facts(cat.config, cat.tensors).layer(1).has_shared_expert_gate
+    assert any(
+        e.endswith("shared_expert_gate") for e in cat.config["quantization_config"]["exclude"]
+    )
