@@ -1,0 +1,279 @@
+"""One Triton grouped-GEMM kernel family for MoE experts, with in-kernel weight decoding.
+
+``out[r, n] = sum_k A[r // ROW_DIV, k] * W[e(r), n, k]`` for every row ``r`` of the aligned
+routing (``align.py``): each program takes one block of ``BLOCK_M`` rows of one expert and
+``BLOCK_N`` output columns (and one split of K when ``SPLIT_K > 1``). ``FMT`` picks how W is
+decoded inside the K loop:
+
+- ``BF16``: weights as stored (bf16/f16/f32, cast to the dot dtype);
+- ``FP8`` (weight-only): e4m3 -> bf16, the per-(row-block, K-block) f32 scale multiplies each
+  K-step's partial product;
+- ``FP8_W8A8``: e4m3 x e4m3 dot, times activation scale ``[row]`` and weight scale ``[col]``
+  per K-step (activations are quantized in torch per 128-column group);
+- ``MXFP4`` / ``NVFP4``: packed nibbles decoded with bit operations (code -> fp16 bits ->
+  f32 x scale x 2^14), E8M0 group scale (32) or E4M3 group scale (16) and, for NVFP4, the
+  per-expert global scale applied to the accumulator. Low nibbles (even K) and high nibbles
+  (odd K) form two dots against the even and odd activation columns.
+
+``GATED`` computes gate and up tiles of the same rows and writes ``silu(gate) * up``;
+``APPLY_TOPK`` multiplies by the router weight of each row (the down projection's epilogue).
+With ``SPLIT_K > 1`` raw partial sums go to a float32 buffer ``[SPLIT_K, R, N (x2)]`` that the
+launcher reduces in a fixed order (deterministic; no atomics).
+
+Under the Triton interpreter (CPU; ``TRITON_INTERPRET=1`` when triton is imported, see
+``kernels/__init__.py``) the launcher sets ``DOT_F32``: bf16 dots and bf16 arithmetic are wrong
+there, so everything is upcast to float32 (on GPU bf16 stays).
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+FMT_BF16: tl.constexpr = tl.constexpr(0)
+FMT_FP8: tl.constexpr = tl.constexpr(1)
+FMT_W8A8: tl.constexpr = tl.constexpr(2)
+FMT_MXFP4: tl.constexpr = tl.constexpr(3)
+FMT_NVFP4: tl.constexpr = tl.constexpr(4)
+
+
+def _fp4_tile_py(
+    packed,
+    scale,
+    IS_MX: tl.constexpr,
+    KP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):
+    """Packed bytes ``[G, GB, BN]`` + group scales ``[G, BN]`` -> (even K, odd K) ``[KP, BN]``."""
+    if IS_MX:
+        s = (scale.to(tl.uint32) << 23).to(tl.float32, bitcast=True)
+    else:
+        s = scale.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    # code bits (sign, e1 e0 m) placed in fp16 (sign, exponent low bits, mantissa high bit):
+    # fp16 value = e2m1 value * 2^-14 for every code, normal and subnormal alike
+    s = (s * 16384.0)[:, None, :]
+    b = packed.to(tl.uint16)
+    lo = (((b & 7) << 9) | ((b & 8) << 12)).to(tl.float16, bitcast=True).to(tl.float32) * s
+    hi = (((b & 0x70) << 5) | ((b & 0x80) << 8)).to(tl.float16, bitcast=True).to(tl.float32) * s
+    lo = tl.reshape(lo, (KP, BLOCK_N)).to(DOT_DTYPE)
+    hi = tl.reshape(hi, (KP, BLOCK_N)).to(DOT_DTYPE)
+    return lo, hi
+
+
+_fp4_tile = triton.jit(_fp4_tile_py)
+
+
+def _moe_gemm_py(
+    a_ptr,
+    a_scale_ptr,
+    w_ptr,
+    ws_ptr,
+    wg_ptr,
+    u_ptr,
+    us_ptr,
+    ug_ptr,
+    out_ptr,
+    topk_w_ptr,
+    sorted_rows_ptr,
+    block_expert_ptr,
+    num_rows,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_asm,
+    stride_ask,
+    stride_we,
+    stride_wn,
+    stride_wk,
+    stride_se,
+    stride_sn,
+    stride_sk,
+    stride_os,
+    stride_om,
+    stride_on,
+    ROW_DIV: tl.constexpr,
+    FMT: tl.constexpr,
+    GATED: tl.constexpr,
+    APPLY_TOPK: tl.constexpr,
+    HAS_GLOBAL: tl.constexpr,
+    SBN: tl.constexpr,
+    SBK: tl.constexpr,
+    AGROUP: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    DOT_F32: tl.constexpr,
+):
+    pid_m = tl.program_id(0).to(tl.int64)
+    pid_n = tl.program_id(1).to(tl.int64)
+    pid_k = tl.program_id(2).to(tl.int64)
+    expert = tl.load(block_expert_ptr + pid_m)
+    if expert < 0:
+        return
+    expert = expert.to(tl.int64)
+
+    # int64 offsets: no overflow for big stacks, and no per-op overflow checks in the interpreter
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
+    rows = tl.load(sorted_rows_ptr + offs_m).to(tl.int64)
+    row_ok = rows < num_rows
+    a_rows = rows // ROW_DIV
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N).to(tl.int64)
+    n_ok = offs_n < N
+
+    if DOT_F32:
+        DOT_DTYPE: tl.constexpr = tl.float32
+    else:
+        DOT_DTYPE: tl.constexpr = tl.bfloat16
+
+    k_tiles = (K + BLOCK_K - 1) // BLOCK_K
+    tiles_per_split = (k_tiles + SPLIT_K - 1) // SPLIT_K
+    kt_start = pid_k * tiles_per_split
+    kt_end = tl.minimum(kt_start + tiles_per_split, k_tiles)
+    k_first = kt_start * BLOCK_K
+
+    a_base = a_ptr + a_rows[:, None] * stride_am
+    w_base = w_ptr + expert * stride_we
+    u_base = u_ptr + expert * stride_we
+    ws_base = ws_ptr + expert * stride_se
+    us_base = us_ptr + expert * stride_se
+
+    acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if FMT == FMT_MXFP4 or FMT == FMT_NVFP4:
+        if FMT == FMT_MXFP4:
+            GROUP: tl.constexpr = 32
+        else:
+            GROUP: tl.constexpr = 16
+        GB: tl.constexpr = GROUP // 2
+        NG: tl.constexpr = BLOCK_K // GROUP
+        KP: tl.constexpr = BLOCK_K // 2
+        # activations: even (low nibble) and odd (high nibble) columns of this K-step
+        kp = tl.arange(0, KP).to(tl.int64)
+        a_ptrs = a_base + (k_first + 2 * kp)[None, :] * stride_ak
+        # weights [NG, GB, BLOCK_N] bytes and group scales [NG, BLOCK_N]
+        g_rel = tl.arange(0, NG).to(tl.int64)
+        kp3 = g_rel[:, None, None] * GB + tl.arange(0, GB).to(tl.int64)[None, :, None]
+        w_off = offs_n[None, None, :] * stride_wn + (k_first // 2 + kp3) * stride_wk
+        s_off = offs_n[None, :] * stride_sn + (k_first // GROUP + g_rel)[:, None] * stride_sk
+        w_ptrs = w_base + w_off
+        u_ptrs = u_base + w_off
+        s_ptrs = ws_base + s_off
+        t_ptrs = us_base + s_off
+        for kt in range(kt_start, kt_end):
+            k_left = K - kt * BLOCK_K
+            if EVEN_K:
+                a_mask = row_ok[:, None]
+                w_mask = n_ok[None, None, :]
+                s_mask = n_ok[None, :]
+            else:
+                a_mask = row_ok[:, None] & (2 * kp < k_left)[None, :]
+                w_mask = n_ok[None, None, :] & (2 * kp3 < k_left)
+                s_mask = n_ok[None, :] & (g_rel * GROUP < k_left)[:, None]
+            a_even = tl.load(a_ptrs, mask=a_mask, other=0.0).to(DOT_DTYPE)
+            a_odd = tl.load(a_ptrs + stride_ak, mask=a_mask, other=0.0).to(DOT_DTYPE)
+            lo, hi = _fp4_tile(
+                tl.load(w_ptrs, mask=w_mask, other=0),
+                tl.load(s_ptrs, mask=s_mask, other=0),
+                FMT == FMT_MXFP4,
+                KP,
+                BLOCK_N,
+                DOT_DTYPE,
+            )
+            acc_g = tl.dot(a_even, lo, acc_g)
+            acc_g = tl.dot(a_odd, hi, acc_g)
+            if GATED:
+                lo, hi = _fp4_tile(
+                    tl.load(u_ptrs, mask=w_mask, other=0),
+                    tl.load(t_ptrs, mask=s_mask, other=0),
+                    FMT == FMT_MXFP4,
+                    KP,
+                    BLOCK_N,
+                    DOT_DTYPE,
+                )
+                acc_u = tl.dot(a_even, lo, acc_u)
+                acc_u = tl.dot(a_odd, hi, acc_u)
+            a_ptrs += BLOCK_K * stride_ak
+            w_ptrs += KP * stride_wk
+            u_ptrs += KP * stride_wk
+            s_ptrs += NG * stride_sk
+            t_ptrs += NG * stride_sk
+    else:
+        offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
+        a_ptrs = a_base + (k_first + offs_k)[None, :] * stride_ak
+        w_off = offs_n[None, :] * stride_wn + (k_first + offs_k)[:, None] * stride_wk
+        w_ptrs = w_base + w_off
+        u_ptrs = u_base + w_off
+        s_row = (offs_n // SBN) * stride_sn
+        for kt in range(kt_start, kt_end):
+            k_left = K - kt * BLOCK_K
+            if EVEN_K:
+                a_mask = row_ok[:, None]
+                w_mask = n_ok[None, :]
+            else:
+                a_mask = row_ok[:, None] & (offs_k < k_left)[None, :]
+                w_mask = n_ok[None, :] & (offs_k < k_left)[:, None]
+            a = tl.load(a_ptrs, mask=a_mask, other=0.0)
+            w = tl.load(w_ptrs, mask=w_mask, other=0.0)
+            if GATED:
+                u = tl.load(u_ptrs, mask=w_mask, other=0.0)
+            if FMT == FMT_BF16:
+                a = a.to(DOT_DTYPE)
+                acc_g = tl.dot(a, w.to(DOT_DTYPE), acc_g)
+                if GATED:
+                    acc_u = tl.dot(a, u.to(DOT_DTYPE), acc_u)
+            else:
+                s_off = s_row + ((kt * BLOCK_K) // SBK) * stride_sk
+                ws = tl.load(ws_base + s_off, mask=n_ok, other=0.0)
+                if GATED:
+                    us = tl.load(us_base + s_off, mask=n_ok, other=0.0)
+                if FMT == FMT_W8A8:
+                    a_s = tl.load(
+                        a_scale_ptr + a_rows * stride_asm + ((kt * BLOCK_K) // AGROUP) * stride_ask,
+                        mask=row_ok,
+                        other=0.0,
+                    )
+                    if DOT_F32:
+                        a = a.to(tl.float32)
+                        w = w.to(tl.float32)
+                        if GATED:
+                            u = u.to(tl.float32)
+                    acc_g += tl.dot(a, w) * a_s[:, None] * ws[None, :]
+                    if GATED:
+                        acc_u += tl.dot(a, u) * a_s[:, None] * us[None, :]
+                else:
+                    a = a.to(DOT_DTYPE)
+                    acc_g += tl.dot(a, w.to(DOT_DTYPE)) * ws[None, :]
+                    if GATED:
+                        acc_u += tl.dot(a, u.to(DOT_DTYPE)) * us[None, :]
+            a_ptrs += BLOCK_K * stride_ak
+            w_ptrs += BLOCK_K * stride_wk
+            u_ptrs += BLOCK_K * stride_wk
+
+    if HAS_GLOBAL:
+        acc_g = acc_g * tl.load(wg_ptr + expert)
+        if GATED:
+            acc_u = acc_u * tl.load(ug_ptr + expert)
+    if APPLY_TOPK:
+        tw = tl.load(topk_w_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        acc_g = acc_g * tw[:, None]
+    out_off = rows[:, None] * stride_om + offs_n[None, :] * stride_on
+    out_mask = row_ok[:, None] & n_ok[None, :]
+    if SPLIT_K > 1:
+        out_base = out_ptr + pid_k * stride_os
+        tl.store(out_base + out_off, acc_g, mask=out_mask)
+        if GATED:
+            tl.store(out_base + N * stride_on + out_off, acc_u, mask=out_mask)
+    else:
+        if GATED:
+            acc_g = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
+        tl.store(out_ptr + out_off, acc_g.to(out_ptr.dtype.element_ty), mask=out_mask)
+
+
+moe_gemm_kernel = triton.jit(_moe_gemm_py)
+
+#: True when triton was imported with TRITON_INTERPRET=1 (CPU tensors, float32 dots)
+INTERPRETED = type(moe_gemm_kernel).__name__ == "InterpretedFunction"

@@ -1,0 +1,273 @@
+"""Run one MoE layer from checkpoint tensors: routing, align, grouped GEMMs, combine, TP sum.
+
+``run_moe(x, layer, routing, backend="triton", tp=1)``:
+
+1. route (``routing.py``): ids ``[T, k]`` and weights (``routed_scaling_factor`` included);
+2. fused shared slots ``n_routed + j`` are appended to every token with weight 1 (times the
+   Qwen shared gate, if any). Since the scaling factor is applied per *routed* weight, weight 1
+   makes the slot exactly the separate shared expert (``y = sum_i rsf * w_i E_i(x) + S(x)``);
+3. per TP rank (gate/up rows and down columns sliced by ``shard.py``, padding allowed): align
+   rows into blocks, ``gate_up_silu`` then ``down_weighted`` (router weight in the epilogue),
+   combine by summing ``[T, k, H]`` over k in float32 (fixed order, deterministic); separate
+   shared experts run as a second grouped call with every token routed to each of them;
+4. sum the ranks' partial outputs in rank order (the all-reduce of row-parallel down).
+
+``backend="torch"`` runs the same steps with a per-expert loop on codec-dequantized weights
+(the fallback without Triton, and the GPU baseline of the benchmark).
+
+Example::
+
+    prepared = prepare_moe(layer, tp=2)              # stacks kernel tensors once
+    y = run_prepared(x, prepared, routing)           # [T, H] in x.dtype
+    y = run_moe(x, layer, routing, backend="torch")  # one-shot
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from checkpoint_tool.errors import UsageError
+from checkpoint_tool.runtime.activation import (
+    dequantize_per_token_group,
+    quantize_per_token_group,
+)
+from checkpoint_tool.runtime.reference import (
+    TopK,
+    dequantize_projection,
+    shared_weight,
+    uses_w8a8,
+)
+from checkpoint_tool.runtime.routing import RoutingConfig, route
+from checkpoint_tool.runtime.shard import shard_layer
+from checkpoint_tool.runtime.stack import KernelFormat, StackedWeights, stack_projections
+from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
+
+Backend = Literal["triton", "torch"]
+
+
+@dataclass(frozen=True)
+class ExpertGroup:
+    """Experts run by one grouped call: their checkpoint tensors and (triton) stacked tensors."""
+
+    experts: Sequence[ExpertWeights]
+    gate: StackedWeights | None = None
+    up: StackedWeights | None = None
+    down: StackedWeights | None = None
+
+    @property
+    def stacked(self) -> bool:
+        return self.gate is not None
+
+
+@dataclass(frozen=True)
+class RankExperts:
+    """One TP rank: routed experts (+ fused shared slots) and separate shared experts."""
+
+    layer: MoeLayerWeights
+    routed: ExpertGroup
+    shared: ExpertGroup | None
+
+
+@dataclass(frozen=True)
+class PreparedMoe:
+    """A layer ready to run: router tensors, and each TP rank's expert groups."""
+
+    layer: MoeLayerWeights
+    ranks: Sequence[RankExperts]
+    w8a8: bool | None = None
+
+
+def prepare_moe(
+    layer: MoeLayerWeights | Sequence[MoeLayerWeights],
+    *,
+    tp: int = 1,
+    pad_multiple: int = 1,
+    w8a8: bool | None = None,
+    backend: Backend = "triton",
+) -> PreparedMoe:
+    """Shard (``tp`` ranks, per-rank intermediate padded to ``pad_multiple``) and stack.
+
+    ``layer`` may also be a sequence of already-sliced rank layers (a TP-sharded checkpoint);
+    their router tensors must be the same, the first one's are used.
+    """
+    if isinstance(layer, MoeLayerWeights):
+        if tp < 1:
+            raise UsageError(f"tp must be >= 1, got {tp}")
+        full = layer
+        rank_layers = (
+            [layer]
+            if tp == 1 and pad_multiple == 1
+            else [shard_layer(layer, tp, r, pad_multiple=pad_multiple) for r in range(tp)]
+        )
+    else:
+        rank_layers = list(layer)
+        if not rank_layers:
+            raise UsageError("prepare_moe: no rank layers given")
+        full = rank_layers[0]
+    stack = backend == "triton"
+    ranks = []
+    for rl in rank_layers:
+        routed = _group(rl.experts, stack, w8a8)
+        shared = _group(rl.shared, stack, w8a8) if rl.shared else None
+        ranks.append(RankExperts(rl, routed, shared))
+    return PreparedMoe(full, ranks, w8a8)
+
+
+def run_moe(
+    x: torch.Tensor,
+    layer: MoeLayerWeights,
+    routing: RoutingConfig,
+    backend: Backend = "triton",
+    tp: int = 1,
+    *,
+    pad_multiple: int = 1,
+    topk: TopK | None = None,
+    w8a8: bool | None = None,
+) -> torch.Tensor:
+    """``[T, H]`` output (``x.dtype``) of one MoE layer for ``x [T, H]`` (see module doc)."""
+    prepared = prepare_moe(layer, tp=tp, pad_multiple=pad_multiple, w8a8=w8a8, backend=backend)
+    return run_prepared(x, prepared, routing, backend=backend, topk=topk)
+
+
+def run_prepared(
+    x: torch.Tensor,
+    prepared: PreparedMoe,
+    routing: RoutingConfig,
+    *,
+    backend: Backend = "triton",
+    topk: TopK | None = None,
+    configs: object | None = None,
+) -> torch.Tensor:
+    """Forward of a prepared layer; ``topk`` (ids, weights) overrides the routing.
+
+    ``configs`` (a ``kernels.config.MoeConfigs``) overrides the kernel tiles (benchmarks).
+    """
+    layer = prepared.layer
+    if backend == "triton" and not all(r.routed.stacked for r in prepared.ranks):
+        raise UsageError("run_prepared: layer was prepared for the torch backend")
+    ids, weights = (
+        topk
+        if topk is not None
+        else route(x, layer.router_weight, routing, layer.e_score_correction_bias)
+    )
+    ids, weights = ids.to(x.device), weights.to(x.device).float()
+    num_tokens = x.shape[0]
+    gate = shared_weight(x, layer)
+    if layer.n_fused_shared:
+        slots = torch.arange(layer.n_routed, len(layer.experts), device=x.device)
+        ids = torch.cat([ids, slots.expand(num_tokens, -1)], dim=1)
+        weights = torch.cat([weights, gate[:, None].expand(-1, layer.n_fused_shared)], dim=1)
+    out = torch.zeros(num_tokens, layer.hidden, dtype=torch.float32, device=x.device)
+    for rank in prepared.ranks:
+        out += _run_group(x, rank.routed, ids, weights, backend, prepared.w8a8, configs)
+        if rank.shared is not None:
+            n_shared = len(rank.shared.experts)
+            s_ids = torch.arange(n_shared, device=x.device).expand(num_tokens, -1)
+            s_w = gate[:, None].expand(-1, n_shared)
+            out += _run_group(x, rank.shared, s_ids, s_w, backend, prepared.w8a8, configs)
+    return out.to(x.dtype)
+
+
+def _group(experts: Sequence[ExpertWeights], stack: bool, w8a8: bool | None) -> ExpertGroup:
+    if not stack:
+        return ExpertGroup(list(experts))
+    first = experts[0]
+    in_w8a8 = uses_w8a8(first.gate, w8a8)
+    mid_w8a8 = uses_w8a8(first.down, w8a8)
+    return ExpertGroup(
+        list(experts),
+        stack_projections([ex.gate for ex in experts], w8a8=in_w8a8),
+        stack_projections([ex.up for ex in experts], w8a8=in_w8a8),
+        stack_projections([ex.down for ex in experts], w8a8=mid_w8a8),
+    )
+
+
+def _run_group(
+    x: torch.Tensor,
+    group: ExpertGroup,
+    ids: torch.Tensor,
+    weights: torch.Tensor,
+    backend: Backend,
+    w8a8: bool | None,
+    configs: object | None,
+) -> torch.Tensor:
+    """float32 ``[T, H]``: sum over slots of ``weights * expert(x)`` for one expert group."""
+    if backend == "torch":
+        return _group_torch(x, group.experts, ids, weights, w8a8)
+    if backend != "triton":
+        raise UsageError(f"unknown backend {backend!r} (use 'triton' or 'torch')")
+    return _group_triton(x, group, ids, weights, configs)
+
+
+def _group_triton(
+    x: torch.Tensor,
+    group: ExpertGroup,
+    ids: torch.Tensor,
+    weights: torch.Tensor,
+    configs: object | None,
+) -> torch.Tensor:
+    from checkpoint_tool.runtime.align import align_rows
+    from checkpoint_tool.runtime.kernels import choose_configs, down_weighted, gate_up_silu
+
+    assert group.gate is not None and group.up is not None and group.down is not None
+    num_tokens, top_k = ids.shape
+    rows = num_tokens * top_k
+    io_dtype = torch.float32 if x.device.type == "cpu" else x.dtype
+    cfgs = configs or choose_configs(
+        group.gate.fmt,
+        group.down.fmt,
+        rows=rows,
+        num_experts=group.gate.num_experts,
+        hidden=group.down.n,
+        intermediate=group.gate.n,
+        device=x.device,
+    )
+    aligned = align_rows(ids, group.gate.num_experts, cfgs.block_m)
+    a, a_scale = _kernel_input(x, group.gate, io_dtype)
+    h = gate_up_silu(a, a_scale, group.gate, group.up, aligned, cfgs.gate_up, out_dtype=io_dtype)
+    h, h_scale = _kernel_input(h, group.down, io_dtype)
+    y = down_weighted(
+        h, h_scale, group.down, aligned, weights.reshape(-1), cfgs.down, out_dtype=io_dtype
+    )
+    return y.view(num_tokens, top_k, -1).float().sum(dim=1)
+
+
+def _kernel_input(
+    a: torch.Tensor, w: StackedWeights, io_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if w.fmt is KernelFormat.FP8_W8A8:
+        return quantize_per_token_group(a)
+    return a.to(io_dtype).contiguous(), None
+
+
+def _group_torch(
+    x: torch.Tensor,
+    experts: Sequence[ExpertWeights],
+    ids: torch.Tensor,
+    weights: torch.Tensor,
+    w8a8: bool | None,
+) -> torch.Tensor:
+    """Per-expert loop on dequantized weights (float32 on CPU, ``x.dtype`` on GPU)."""
+    dtype = torch.float32 if x.device.type == "cpu" else x.dtype
+    out = torch.zeros(x.shape[0], experts[0].hidden, dtype=torch.float32, device=x.device)
+    for e in torch.unique(ids).tolist():
+        rows, slots = (ids == e).nonzero(as_tuple=True)
+        ex = experts[e]
+        wg, wu, wd = (dequantize_projection(p).to(x.device, dtype) for p in ex.projections())
+        a = _torch_input(x[rows], ex.gate, w8a8, dtype)
+        h = torch.nn.functional.silu(a @ wg.t()) * (a @ wu.t())
+        y = _torch_input(h, ex.down, w8a8, dtype) @ wd.t()
+        out.index_add_(0, rows, y.float() * weights[rows, slots].unsqueeze(-1))
+    return out
+
+
+def _torch_input(
+    a: torch.Tensor, proj: Projection, w8a8: bool | None, dtype: torch.dtype
+) -> torch.Tensor:
+    if uses_w8a8(proj, w8a8):
+        return dequantize_per_token_group(*quantize_per_token_group(a)).to(dtype)
+    return a.to(dtype)
