@@ -40,6 +40,9 @@ from checkpoint_tool.synth.sidefiles import side_files
 INDEX_NAME = "model.safetensors.index.json"
 #: shard budget of tiny checkpoints: small enough that every preset has several shards
 DEFAULT_SHARD_SIZE = 1 << 20
+#: shard budget when the tensors add up to more than BIG_OUTPUT bytes
+BIG_SHARD_SIZE = 500 * 10**6
+BIG_OUTPUT = 64 << 20
 SHARD_METADATA = {"format": "pt"}
 
 #: (bytes done, bytes total, current file) -> None
@@ -133,7 +136,8 @@ def synth_checkpoint(
     """Write checkpoint ``preset`` into folder ``dst`` and return ``dst``.
 
     ``shard_size`` (bytes) splits greedily; ``shards`` splits into that many shards balanced
-    by bytes; neither: full-size layouts use the real shard count, tiny ones 1 MiB shards.
+    by bytes; neither: full-size layouts use the real shard count, tiny ones 1 MiB shards
+    (500 MB shards once the tensors exceed 64 MiB).
     ``data="codes"`` draws valid storage codes directly instead of quantizing floats (fast,
     for large benchmark checkpoints; see ``synth.data.DATA_MODES``).
     """
@@ -259,7 +263,10 @@ def _split(
         return split_balanced(layout.tensors, shards)
     if sparse and layout.default_shards:
         return split_balanced(layout.tensors, layout.default_shards)
-    return split_greedy(layout.tensors, DEFAULT_SHARD_SIZE)
+    total = sum(s.nbytes for s in layout.tensors)
+    return split_greedy(
+        layout.tensors, BIG_SHARD_SIZE if total > BIG_OUTPUT else DEFAULT_SHARD_SIZE
+    )
 
 
 #: files synth writes; --overwrite removes these (and nothing else) before writing
