@@ -83,7 +83,7 @@ def plan_outputs(ctx: PlanContext) -> Planned:
             if renamed.name in sources:
                 other, prev = sources[renamed.name]
                 raise InputError(
-                    f"tensors {other!r} and {name!r} would both be written as "
+                    f"{ctx.catalog.root}: tensors {other!r} and {name!r} would both be written as "
                     f"{renamed.name!r} (rules {', '.join(prev.steps) or 'none'} / "
                     f"{', '.join(renamed.steps) or 'none'}); add a drop rule for one of them "
                     "in a recipe file (--recipe PATH)"

@@ -1,0 +1,81 @@
+"""``ckpt plan`` and ``ckpt recipes`` through the real entry point."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from checkpoint_tool.cli.app import main
+from checkpoint_tool.cli.plan import parse_layers
+from checkpoint_tool.errors import UsageError
+from checkpoint_tool.plan.model import Plan
+
+
+def _run(monkeypatch, capsys, *argv: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["ckpt", *argv])
+    with pytest.raises(SystemExit) as exc:
+        main()
+    out = capsys.readouterr()
+    return int(exc.value.code or 0), out.out, out.err
+
+
+def test_plan_json_is_the_whole_plan(monkeypatch, capsys, synth_ckpt):
+    src = synth_ckpt("quark-hybrid", moe_intermediate=160)
+    code, out, _ = _run(monkeypatch, capsys, "plan", str(src), "--tp", "2", "--format", "json")
+    assert code == 0
+    plan = Plan.model_validate(json.loads(out))
+    assert plan.options.tp == 2 and plan.summary.padded_intermediate_size == 256
+    assert plan.tensor_count() == plan.summary.output_tensors
+
+
+def test_plan_human_summary(monkeypatch, capsys, synth_ckpt):
+    src = synth_ckpt("quark-hybrid", moe_intermediate=160)
+    code, out, _ = _run(
+        monkeypatch, capsys, "plan", str(src), "--tp", "2", "--max-shard-size", "2MB"
+    )
+    assert code == 0
+    assert "written as routed slots on MoE layer(s) [3, 4]" in out
+    assert "160 -> 256" in out
+    assert "model-00001-of-" in out
+    assert "peak memory" in out and "nothing was written" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--layers", "x"], "--layers"),
+        (["--max-shard-size", "lots"], "cannot read size"),
+        (["--fse", "maybe"], "--fse must be"),
+        (["--layout", "vllm-sharded"], "not available"),
+        (["--recipe", "nope"], "unknown recipe"),
+    ],
+)
+def test_plan_usage_errors_are_one_line_exit_2(monkeypatch, capsys, synth_ckpt, args, message):
+    src = synth_ckpt("quark-mxfp4")
+    code, _, err = _run(monkeypatch, capsys, "plan", str(src), *args)
+    if "vllm-sharded" in args and code == 0:
+        pytest.skip("the vllm-sharded layout exists now")
+    assert code == 2
+    assert message in err and err.count("\n") == 1
+
+
+def test_parse_layers():
+    assert parse_layers("3,4") == [3, 4]
+    assert parse_layers("3-5,7") == [3, 4, 5, 7]
+    assert parse_layers(None) is None
+    with pytest.raises(UsageError):
+        parse_layers("5-3")
+
+
+def test_recipes_commands(monkeypatch, capsys):
+    code, out, _ = _run(monkeypatch, capsys, "recipes", "list", "--format", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["rule_order"][:3] == ["drop", "fse", "keep"]
+    assert {r["name"] for r in doc["recipes"]} >= {"deepseek-v3", "deepseek-v4-amd", "generic"}
+    code, out, _ = _run(monkeypatch, capsys, "recipes", "show", "deepseek-v4-amd")
+    assert code == 0 and "vllm/models/deepseek_v4/amd/model.py" in out
+    code, out, _ = _run(monkeypatch, capsys, "recipes", "schema")
+    assert code == 0 and json.loads(out)["title"] == "ckpt recipe"
