@@ -101,6 +101,7 @@ def test_full_size_deepseek_v4_flash_layout_has_real_shapes():
     assert not any(".engram." in n for n in specs)  # V4-Flash has no engram
 
 
+@pytest.mark.slow
 def test_sparse_r1_has_real_shapes_is_written_in_seconds_with_holes(tmp_path):
     start = time.monotonic()
     dst = synth_checkpoint("deepseek-v3-fp8", tmp_path / "r1", sparse=True)

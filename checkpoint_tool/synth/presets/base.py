@@ -5,7 +5,7 @@ Example::
     spec = PRESETS["quark-mxfp4"]
     layout = spec.build(spec.tiny, PresetOptions())
     layout.config["quantization_config"]["quant_method"]   # "quark"
-    len(layout.tensors)                                     # 211
+    len(layout.tensors)                                     # 213
 """
 
 from __future__ import annotations
