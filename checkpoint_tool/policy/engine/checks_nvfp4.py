@@ -54,18 +54,20 @@ def read_f32_scalars(catalog: Any, names: Iterable[str]) -> dict[str, float]:
 
 def _pairs(ctx: EngineContext) -> list[tuple[int, int, str, str, Any]]:
     """(layer, expert, gate module, up module, scheme) for NVFP4 per-expert routed experts."""
-    rc, facts = ctx.resolved, ctx.facts
-    if rc is None or facts is None:
+    facts = ctx.facts
+    if facts is None:
         return []
     out = []
     for layer in facts.moe_layers:
         if layer.naming.routed_layout != "per_expert":
             continue
+        # vLLM resolves the scheme once per FusedMoE layer (expert 0 stands for all)
+        scheme = ctx.scheme_of(layer.routed_weight(0, "gate"))
+        if scheme is None or scheme.format is not WeightFormat.NVFP4:
+            continue
         for e in range(layer.n_routed):
             gate, up = layer.routed_module(e, "gate"), layer.routed_module(e, "up")
-            t = rc.tensors.get(f"{gate}.weight")
-            if t is not None and t.scheme.format is WeightFormat.NVFP4:
-                out.append((layer.layer, e, gate, up, t.scheme))
+            out.append((layer.layer, e, gate, up, scheme))
     return out
 
 

@@ -44,11 +44,7 @@ def round_up(value: int, multiple: int) -> int:
 
 
 def _routed_scheme(ctx: EngineContext, layer: Any) -> Any:
-    rc = ctx.resolved
-    if rc is None:
-        return None
-    t = rc.tensors.get(layer.routed_weight(0, "down"))
-    return t.scheme if t is not None else None
+    return ctx.scheme_of(layer.routed_weight(0, "down"))
 
 
 def _layer_groups(ctx: EngineContext) -> dict[tuple, list[int]]:
@@ -119,8 +115,8 @@ def check_tp(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFindi
 def _shared_fp8_block(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]:
     """Unfused shared experts are MergedColumnParallel gate_up + RowParallel down linears:
     block FP8 needs I/tp to be a multiple of block_n (gate/up) and block_k (down)."""
-    facts, rc, tp = ctx.facts, ctx.resolved, max(1, ctx.options.tp)
-    if facts is None or rc is None or ctx.policy is None:
+    facts, tp = ctx.facts, max(1, ctx.options.tp)
+    if facts is None or ctx.policy is None:
         return []
     fused = {m.layer for m in ctx.policy.moe_layers if m.fse.enabled}
     groups: dict[tuple, list[int]] = defaultdict(list)
@@ -129,10 +125,10 @@ def _shared_fp8_block(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]
             continue
         per_rank = layer.shared_intermediate_size // tp
         for proj in ("gate", "down"):
-            t = rc.tensors.get(f"{layer.shared_module(proj, 0)}.weight")
-            if t is None or t.scheme.format is not WeightFormat.FP8_BLOCK or not t.scheme.block:
+            scheme = ctx.scheme_of(f"{layer.shared_module(proj, 0)}.weight")
+            if scheme is None or scheme.format is not WeightFormat.FP8_BLOCK or not scheme.block:
                 continue
-            bn, bk = t.scheme.block
+            bn, bk = scheme.block
             if proj == "gate" and per_rank % bn:
                 key = ("output_partition_size", "block_n", bn, "gate/up rows")
             elif proj == "down" and tp > 1 and per_rank % bk:

@@ -3,7 +3,8 @@
 ``EngineContext`` holds the catalog (headers only), the raw ``quantization_config`` dict (as
 the engine reads it, before ckpt's pydantic models normalise it), the parsed config (None
 when ckpt cannot parse it), the model facts, the policy report, the target and the serving
-options. ``resolved`` (every tensor's scheme) and ``vllm_layers`` are computed on first use.
+options. ``scheme_of(name)`` resolves one tensor at a time (cached); ``vllm_layers`` is computed
+on first use.
 
 Example::
 
@@ -22,7 +23,8 @@ from checkpoint_tool.errors import CkptError
 from checkpoint_tool.model import ModelFacts, model_facts
 from checkpoint_tool.quant.configs import QuarkConfig
 from checkpoint_tool.quant.configs.names import expert_parts, non_linear_reason
-from checkpoint_tool.quant.resolve import ResolvedCatalog, load_quant_config, resolve_catalog
+from checkpoint_tool.quant.resolve import load_quant_config, resolve_tensor
+from checkpoint_tool.quant.scheme import Scheme
 
 from .model import Target
 
@@ -50,6 +52,7 @@ class EngineContext:
     qconfig: Any = None
     #: why ckpt could not parse the quantization config (the engine may still try)
     qconfig_error: str | None = None
+    _schemes: dict[str, Scheme | None] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(
@@ -77,12 +80,20 @@ class EngineContext:
     def is_quark(self) -> bool:
         return isinstance(self.qconfig, QuarkConfig)
 
-    @functools.cached_property
-    def resolved(self) -> ResolvedCatalog | None:
-        """Every tensor's scheme with vLLM's name matching (None when the config is unreadable)."""
-        if self.qconfig is None:
-            return None
-        return resolve_catalog(self.catalog)
+    def scheme_of(self, name: str) -> Scheme | None:
+        """Scheme vLLM resolves for tensor ``name`` (None: no such tensor or no config).
+
+        One tensor at a time (``resolve_tensor``), so rules that look at a few tensors per
+        MoE layer stay fast on 90k-tensor checkpoints.
+        """
+        if name in self._schemes:
+            return self._schemes[name]
+        entry = self.catalog.tensors.get(name)
+        scheme = None
+        if entry is not None and self.qconfig is not None:
+            scheme = resolve_tensor(self.qconfig, name, dtype=entry.dtype, shape=entry.shape).scheme
+        self._schemes[name] = scheme
+        return scheme
 
     @functools.cached_property
     def facts(self) -> ModelFacts | None:
