@@ -135,7 +135,7 @@ def _layer_issues(
                     )
                 )
     else:
-        missing = sorted(expected_routed_weights(layer) - entries.keys())
+        missing = sorted(n for n in expected_routed_weights(layer) if n not in entries)
         if missing:
             issues.append(
                 _issue(
