@@ -37,3 +37,22 @@ def test_model_facts_see_every_moe_layer(synth_ckpt, preset):
     assert len(main) == spec.tiny.num_layers - spec.tiny.first_dense
     assert all(m.n_routed == spec.tiny.n_routed for m in main)
     assert all(m.moe_intermediate_size == spec.tiny.moe_intermediate for m in main)
+
+
+SMALL = {"num_layers": 2, "n_routed": 3, "n_shared": 2, "hidden": 128, "moe_intermediate": 64}
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_options_give_consistent_checkpoints(synth_ckpt, preset):
+    """Changed sizes (incl. two shared experts) still resolve cleanly and agree with config."""
+    cat = open_local(synth_ckpt(preset, **SMALL))
+    issues = [
+        i
+        for i in resolve_catalog(cat).issues
+        if i.severity == "error" and (preset, i.tensor) not in KNOWN
+    ]
+    assert not issues, [f"{i.tensor}: {i.message}" for i in issues[:3]]
+    facts = model_facts(cat.config, cat.tensors.keys())
+    main = [m for m in facts.moe_layers if not m.is_mtp]
+    assert main and all(m.n_routed == 3 for m in main)
+    assert all(m.shared_intermediate_size == 128 for m in main)

@@ -32,6 +32,11 @@ def compress_ratios(d: Dims) -> list[int]:
     return main + [0] * d.mtp_layers
 
 
+def engram_layers(d: Dims) -> list[int]:
+    """Engram layer ids that exist with ``d.num_layers`` main layers."""
+    return [layer for layer in d.engram_layers if layer < d.num_layers]
+
+
 def deepseek_v4_config(d: Dims, quantization_config: dict) -> dict:
     """config.json of deepseek-ai/DeepSeek-V4-Flash with the sizes of ``d``."""
     cfg: dict = {
@@ -90,9 +95,10 @@ def deepseek_v4_config(d: Dims, quantization_config: dict) -> dict:
         "compress_rope_theta": 160000,
         "compress_ratios": compress_ratios(d),
     }
-    if d.engram_layers:
-        cfg["engram_layer_ids"] = list(d.engram_layers)
-        cfg["engram_num_embeddings"] = [d.engram_rows] * len(d.engram_layers)
+    engram = engram_layers(d)
+    if engram:
+        cfg["engram_layer_ids"] = engram
+        cfg["engram_num_embeddings"] = [d.engram_rows] * len(engram)
         cfg["engram_head_dim"] = d.engram_dim
     return cfg
 
@@ -101,10 +107,11 @@ def deepseek_v4_items(d: Dims) -> Iterator[Item]:
     """The checkpoint's parameters: embed, layers, head and hc_head, then the MTP blocks."""
     h = d.hidden
     ratios = compress_ratios(d)
+    engram = set(engram_layers(d))
     yield Plain("embed.weight", "BF16", (d.vocab, h))
     for layer in range(d.num_layers):
         yield from _block(d, f"layers.{layer}", layer, ratios[layer], layer < d.num_hash_layers)
-        if layer in d.engram_layers:
+        if layer in engram:
             yield Linear(
                 f"layers.{layer}.engram.embed", d.engram_rows, d.engram_dim, "engram", layer
             )
