@@ -88,7 +88,9 @@ def main() -> None:
     except Exception as exc:  # click usage errors arrive here in non-standalone mode
         import click
 
-        if isinstance(exc, click.exceptions.ClickException):
+        # typer >= 0.29 vendors click: its usage errors are typer.TyperException subclasses
+        usage = (click.exceptions.ClickException, typer.TyperException)
+        if isinstance(exc, usage) and hasattr(exc, "show"):
             exc.show()
             sys.exit(exc.exit_code)
         raise
