@@ -36,7 +36,13 @@ Examples:
 def register(app: typer.Typer) -> None:
     @app.command("validate", help=HELP)
     def validate(
-        path: Annotated[Path, typer.Argument(help="Checkpoint folder (or one .safetensors file).")],
+        path: Annotated[
+            str,
+            typer.Argument(
+                help="Checkpoint folder, one .safetensors file, or a hub repo id "
+                "(org/name, hf://org/name@rev)."
+            ),
+        ],
         fmt: Annotated[
             OutputFormat,
             typer.Option("--format", "-f", help="human, json, junit (JUnit XML) or markdown."),

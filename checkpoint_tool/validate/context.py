@@ -208,16 +208,22 @@ class ValidationContext:
         return f
 
 
-def load_context(path: Path, options: ValidateOptions) -> ValidationContext:
-    """Read the layout, index, configs and every shard header under ``path``.
+def load_context(source: str | os.PathLike[str], options: ValidateOptions) -> ValidationContext:
+    """Read the layout, index, configs and every shard header of ``source`` (a folder, one
+    ``.safetensors`` file, or a hub repo id ``org/name`` / ``hf://org/name@rev``).
 
-    Raises ``InputError`` only when ``path`` is not a checkpoint at all.
+    Raises ``InputError`` only when ``source`` is not a checkpoint at all.
     """
     from checkpoint_tool.validate.scan import scan_file
 
-    path = Path(path)
+    path = Path(source).expanduser()
     if not path.exists():
-        raise InputError(f"{path}: no such file or folder; give a checkpoint folder")
+        from checkpoint_tool.catalog.sources import resolve_source
+
+        # a hub repo id is fetched (JSON + safetensors) into the hub cache; anything else
+        # raises InputError naming the path
+        root, single, _ = resolve_source(str(source), headers_only=True)
+        path = root / single if single else root
     if path.is_file():
         if path.suffix != ".safetensors":
             raise InputError(f"{path}: not a .safetensors file or a checkpoint folder")

@@ -120,3 +120,18 @@ def build_report(
         checks=checks,
         exit_code=EXIT_FINDINGS if failing else EXIT_OK,
     )
+
+
+def report_json_schema() -> str:
+    """The JSON Schema of ``ValidateReport`` as committed in docs/schemas/ (stable text).
+
+    Regenerate (the test ``test_report_schema_is_current`` fails until you do)::
+
+        python -c "from checkpoint_tool.validate.report import report_json_schema as s; \
+print(s(), end='')" > docs/schemas/validate-report.schema.json
+    """
+    import json
+
+    schema = ValidateReport.model_json_schema(mode="serialization")
+    schema["title"] = "ckpt validate report"
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"

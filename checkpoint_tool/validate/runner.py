@@ -10,6 +10,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from checkpoint_tool.errors import CkptError, UsageError
@@ -78,16 +79,19 @@ def check_options(path: Path, options: ValidateOptions) -> None:
 
 
 def validate_checkpoint(
-    path: Path, options: ValidateOptions | None = None, *, only: list[str] | None = None
+    path: str | os.PathLike[str],
+    options: ValidateOptions | None = None,
+    *,
+    only: list[str] | None = None,
 ) -> ValidateReport:
-    """Validate the checkpoint at ``path`` (folder or one ``.safetensors`` file).
+    """Validate the checkpoint at ``path`` (folder, one ``.safetensors`` file, or hub repo id).
 
     ``only`` restricts the run to the named rule ids (others are reported skipped).
     Raises ``InputError`` (exit 2) only when ``path`` is not a checkpoint at all.
     """
     options = options or ValidateOptions()
     check_options(Path(path), options)
-    ctx = load_context(Path(path), options)
+    ctx = load_context(path, options)
     results = []
     for check in CHECKS:
         if only is not None and check.id not in only:
