@@ -29,7 +29,6 @@ from checkpoint_tool.policy.tp import split_alignment
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 
 CKPT_REASONS: dict[str, str] = {
-    "no_shared_experts": "the layer has no shared experts",
     "shared_tensors_missing": "shared expert tensors are missing at {prefix}",
     "stored_schemes_differ": (
         "routed experts are stored as {routed} but shared experts as {shared} at {prefix}"
