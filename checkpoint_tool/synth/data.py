@@ -165,15 +165,27 @@ def _quantize_batch(
     codec = codec_for_format(
         enc.format, block=enc.block, group_size=enc.group_size, scale_dtype=enc.scale_dtype
     )
-    stacked = torch.stack([torch.cat(group, dim=0) for group in batch])
-    parts = codec.quantize(stacked if len(batch) > 1 else stacked[0])
     bounds = [0, *itertools.accumulate(w.shape[0] for w in batch[0])]
+    rows = bounds[-1]
+    logical = (rows, batch[0][0].shape[-1])
+    if any(b % codec.alignment(-2, logical) for b in bounds[1:-1]):
+        # members cannot share scale blocks (e.g. FP8 128-row blocks across gate|up): quantize
+        # each member on its own, still batched over the groups
+        per_member = [
+            codec.quantize(torch.stack([group[i] for group in batch]))
+            for i in range(len(batch[0]))
+        ]
+        return [
+            [{role: t[b] for role, t in parts.items()} for parts in per_member]
+            for b in range(len(batch))
+        ]
+    stacked = torch.stack([torch.cat(group, dim=0) for group in batch])
+    parts = codec.quantize(stacked)
     out: list[list[dict[str, torch.Tensor]]] = []
     for b, group in enumerate(batch):
-        members: list[dict[str, torch.Tensor]] = [{} for _ in group]
-        for role, t in parts.items():
-            tb = t[b] if len(batch) > 1 else t
-            for i in range(len(group)):
-                members[i][role] = tb if tb.dim() == 0 else tb[bounds[i] : bounds[i + 1]]
-        out.append(members)
+        # codec.slice maps weight rows to scale rows (128-row FP8 blocks, per-row MX/NV scales)
+        parts_b = {role: t[b] for role, t in parts.items()}
+        out.append(
+            [codec.slice(parts_b, -2, bounds[i], bounds[i + 1]) for i in range(len(group))]
+        )
     return out

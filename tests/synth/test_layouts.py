@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 
@@ -102,10 +101,8 @@ def test_full_size_deepseek_v4_flash_layout_has_real_shapes():
 
 
 @pytest.mark.slow
-def test_sparse_r1_has_real_shapes_is_written_in_seconds_with_holes(tmp_path):
-    start = time.monotonic()
+def test_sparse_r1_has_real_shapes_and_holes(tmp_path):
     dst = synth_checkpoint("deepseek-v3-fp8", tmp_path / "r1", sparse=True)
-    elapsed = time.monotonic() - start
     files = sorted(p.name for p in dst.glob("*.safetensors"))
     assert len(files) == 163
     assert files[0] == "model-00001-of-000163.safetensors"
@@ -120,7 +117,6 @@ def test_sparse_r1_has_real_shapes_is_written_in_seconds_with_holes(tmp_path):
     assert logical > 600e9 and on_disk < 200e6
     index = json.loads((dst / "model.safetensors.index.json").read_text())
     assert index["metadata"]["total_size"] == sum(e.nbytes for e in cat.tensors.values())
-    assert elapsed < 120, f"sparse R1 took {elapsed:.0f}s"
 
 
 def test_quark_hybrid_mixes_shared_experts_per_layer(synth_ckpt):
