@@ -215,6 +215,9 @@ def resolve_tensor(
         return ResolvedTensor(name=name, module=module, role=role, scheme=scheme)
     scheme = cache.get(module) if cache is not None else None
     if scheme is None:
+        table = getattr(qconfig, "table_scheme_for", None)
+        scheme = table(module) if table is not None else None
+    if scheme is None:
         reason = non_linear_reason(module)
         if reason is not None:
             scheme = unquantized(source, f"{reason}: never quantized")

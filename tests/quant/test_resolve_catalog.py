@@ -155,3 +155,20 @@ def test_vllm_unquantized_helpers_are_not_linears():
         "model.layers.0.self_attn.indexer.weights_proj.weight",
     ):
         assert not resolve_tensor(cfg, name).scheme.quantized, name
+
+
+def test_deepseek_v4_engram_table_resolves_as_fp8_rows_with_e8m0_groups(synth_ckpt):
+    """FORMATS.md §4: engram tables are FP8 rows with one E8M0 scale per 32 columns."""
+    from checkpoint_tool.catalog import open_local
+    from checkpoint_tool.quant.scheme import WeightFormat
+
+    cat = open_local(synth_ckpt("deepseek-v4"))
+    resolved = resolve_catalog(cat)
+    engram = [n for n in cat.tensors if ".engram.embed." in n]
+    assert engram
+    for name in engram:
+        t = resolved.tensors[name]
+        assert t.scheme.format is WeightFormat.MXFP8
+        assert t.scheme.group_size == 32
+        assert t.role == ("scale" if name.endswith(".scale") else "weight")
+    assert not [i for i in resolved.issues if ".engram." in (i.tensor or "")]

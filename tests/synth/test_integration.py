@@ -10,11 +10,7 @@ from checkpoint_tool.quant.resolve import resolve_catalog
 from checkpoint_tool.synth import PRESETS
 
 #: (preset, tensor) issues known to come from the reader side, not the layout
-KNOWN = {
-    # FORMATS.md: DeepSeek-V4.1 engram tables are FP8 rows + E8M0 scales; the resolver
-    # treats `engram.embed` as a never-quantized embedding
-    ("deepseek-v4", "layers.1.engram.embed.weight"),
-}
+KNOWN: set[tuple[str, str]] = set()
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))

@@ -29,7 +29,7 @@ from checkpoint_tool.quant.configs.base import (
     unquantized,
 )
 from checkpoint_tool.quant.configs.names import expert_parts
-from checkpoint_tool.quant.scheme import Scheme
+from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 
 
 class DeepSeekV4Config(QuantConfigBase):
@@ -79,6 +79,26 @@ class DeepSeekV4Config(QuantConfigBase):
             source=self.source,
             rule=rule,
         )
+
+    def table_scheme_for(self, module: str) -> Scheme | None:
+        """Quantized lookup tables that are not linears: the DeepSeek-V4.1 engram embedding.
+
+        ``engram.embed.weight`` holds FP8 E4M3 rows with one E8M0 scale per 32 columns
+        (``engram.embed.scale``, or ``weight_scale`` in Quark's spelling): an MXFP8 layout.
+        """
+        if module.endswith("engram.embed") or module.endswith("engram.embed_tokens"):
+            return Scheme(
+                format=WeightFormat.MXFP8,
+                weight_dtypes=("F8_E4M3",),
+                group_size=32,
+                scale_suffix="scale",
+                scale_dtypes=("F8_E8M0", "U8"),
+                scale_is_e8m0=True,
+                activation=None,
+                source=self.source,
+                rule="engram embedding table: FP8 rows, E8M0 scale per 32 columns",
+            )
+        return None
 
     def scheme_for(self, module: str) -> Scheme:
         moe = expert_parts(module)
