@@ -302,6 +302,8 @@ def build_node(out: OutputTensor, sources: Mapping[str, TensorEntry]) -> Node:
     fused ``[E, 2I, H]`` parameter is written as ``[I, H]``): the bytes are the same.
     """
     if not out.pieces:
+        if out.fill is not None:
+            return _constant_node(out)
         raise InputError(f"{out.name}: the plan gives no source pieces; re-plan")
     pieces: list[Node] = []
     for piece in out.pieces:
@@ -332,12 +334,28 @@ def build_node(out: OutputTensor, sources: Mapping[str, TensorEntry]) -> Node:
             raise InputError(f"{out.name}: {out.combine} axis {out.axis} out of range; re-plan")
         _check_combinable(out, pieces, axis)
         node = CombineNode(tuple(pieces), out.combine, axis)
+        if out.combine == "stack" and axis == 0 and math.prod(node.shape) == math.prod(want):
+            return node  # pieces back to back: the same bytes as any shape of that size
     if tuple(node.shape) != tuple(want):
         raise InputError(
             f"{out.name}: pieces give storage shape {list(node.shape)} but the plan says "
             f"{out.dtype}{list(out.shape)} (storage {list(want)}); the plan is inconsistent, re-plan"
         )
     return node
+
+
+def _constant_node(out: OutputTensor) -> Node:
+    """A tensor whose every element is ``out.fill`` (no source file)."""
+    shape, itemsize = storage_layout(out.dtype, out.shape)
+    fill = bytes.fromhex(out.fill or "")
+    if len(fill) != itemsize:
+        raise InputError(
+            f"{out.name}: fill {out.fill!r} does not fit {out.dtype} ({itemsize}-byte elements); "
+            "the plan is inconsistent, re-plan"
+        )
+    if not out.shape:  # 0-d: storage_layout counts sub-byte scalars as (1,)
+        shape = ()
+    return PieceNode(None, 0, shape, itemsize, tuple((0, n) for n in shape), (), fill)
 
 
 def _check_combinable(out: OutputTensor, pieces: list[Node], axis: int) -> None:

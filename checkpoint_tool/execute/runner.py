@@ -51,7 +51,7 @@ from checkpoint_tool.execute.manifest import (
     write_journal,
     write_manifest,
 )
-from checkpoint_tool.execute.ops import Node, build_node
+from checkpoint_tool.execute.ops import build_node
 from checkpoint_tool.execute.progress import Progress, make_progress
 from checkpoint_tool.execute.source import RangeReader, SourceFiles
 from checkpoint_tool.execute.stream import Cancelled, TensorStream
@@ -122,7 +122,7 @@ def execute_plan(
     if workers < 1:
         raise UsageError(f"--workers {workers}: give 1 or more")
     chunk = chunk_size(memory_budget, workers)
-    nodes = _build_nodes(plan, catalog)
+    _check_plan(plan, catalog)
     others = _other_files(plan, catalog)
     weight_names = [f.name for f in plan.files]
     used = sorted(
@@ -134,7 +134,7 @@ def execute_plan(
         state = prepare_destination(
             dst, [*weight_names, *others], sha, resume=resume, overwrite=overwrite
         )
-        run = _Run(plan, nodes, sources, dst, state.journal, chunk, prog)
+        run = _Run(plan, sources, dst, state.journal, chunk, prog)
         totals = [sum(_tensor_bytes(t) for t in f.tensors) for f in plan.files]
         prog.start(sum(totals), len(plan.files))
         try:
@@ -191,11 +191,11 @@ def _tensor_bytes(t) -> int:  # type: ignore[no-untyped-def]
     return tensor_nbytes(t.dtype, t.shape)
 
 
-def _build_nodes(plan: Plan, catalog: Catalog) -> list[list[Node]]:
-    """Node trees of every tensor (checks the whole plan before anything is written)."""
+def _check_plan(plan: Plan, catalog: Catalog) -> None:
+    """Build every tensor's node tree once, to check the whole plan before anything is written
+    (the trees are rebuilt per file while writing: memory stays flat on 100k-tensor plans)."""
     seen_files: set[str] = set()
-    seen_tensors: dict[str, str] = {}
-    nodes = []
+    seen_tensors: dict[tuple[int | None, str], str] = {}  # per rank (vllm-sharded repeats names)
     for f in plan.files:
         _check_name(f.name, "output file")
         if not f.name.endswith(".safetensors"):
@@ -204,13 +204,13 @@ def _build_nodes(plan: Plan, catalog: Catalog) -> list[list[Node]]:
             raise InputError(f"{f.name}: planned twice; the plan is inconsistent, re-plan")
         seen_files.add(f.name)
         for t in f.tensors:
-            if t.name in seen_tensors:
+            if (f.rank, t.name) in seen_tensors:
                 raise InputError(
-                    f"{t.name}: planned in {seen_tensors[t.name]} and {f.name}; re-plan"
+                    f"{t.name}: planned in {seen_tensors[f.rank, t.name]} and {f.name}; re-plan"
                 )
-            seen_tensors[t.name] = f.name
-        nodes.append([build_node(t, catalog.tensors) for t in f.tensors])
-    return nodes
+            seen_tensors[f.rank, t.name] = f.name
+        for t in f.tensors:
+            build_node(t, catalog.tensors)
 
 
 def _check_name(name: str, what: str) -> None:
@@ -248,14 +248,13 @@ class _Run:
     def __init__(
         self,
         plan: Plan,
-        nodes: list[list[Node]],
         sources: SourceFiles,
         dst: Path,
         journal: Journal,
         chunk: int,
         progress: Progress,
     ) -> None:
-        self.plan, self.nodes, self.sources, self.dst = plan, nodes, sources, dst
+        self.plan, self.sources, self.dst = plan, sources, dst
         self.journal, self.chunk, self.progress = journal, chunk, progress
         self.stop = threading.Event()
         self._lock = threading.Lock()
@@ -303,7 +302,8 @@ class _Run:
         stream = self._stream()
         header = [(t.name, t.dtype, tuple(t.shape)) for t in ofile.tensors]
         with SafetensorsWriter(self.dst / ofile.name, header, metadata=WEIGHT_METADATA) as w:
-            for t, node in zip(ofile.tensors, self.nodes[i], strict=True):
+            for t in ofile.tensors:
+                node = build_node(t, self.sources.catalog.tensors)
                 w.write_chunks(t.name, self._counted(stream.chunks(node)))
             files = {
                 self.sources.catalog.tensors[p.source].file for t in ofile.tensors for p in t.pieces

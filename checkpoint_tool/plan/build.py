@@ -25,7 +25,7 @@ from checkpoint_tool.plan.context import PlanContext
 from checkpoint_tool.plan.layouts import get_layout
 from checkpoint_tool.plan.model import Plan, PlanOptions
 from checkpoint_tool.plan.outputs import Planned, plan_outputs
-from checkpoint_tool.plan.sharding import group_key
+from checkpoint_tool.plan.sharding import file_layers
 from checkpoint_tool.plan.summary import FileSummary, compute_summary
 from checkpoint_tool.quant.resolve import ResolvedCatalog
 from checkpoint_tool.recipes import Recipe, auto_recipe, load_recipe
@@ -65,7 +65,7 @@ def build_plan(
             name=f.name,
             tensors=len(f.tensors),
             nbytes=f.nbytes,
-            layers=sorted({k[1] for t in f.tensors if (k := group_key(t.name))[0] == 1}),
+            layers=file_layers(f),
         )
         for f in files
     ]
@@ -76,9 +76,16 @@ def build_plan(
         kinds=planned.kinds,
         padded=planned.padded,
         experts=planned.experts,
+        nbytes=planned.nbytes,
         dropped_rules=[d.rule for d in planned.dropped],
         tp=options.tp,
     )
+    provenance = planned.provenance
+    if any(f.rank is not None for f in files):  # per-rank layouts: exact per-rank figures
+        summary.bytes_per_rank = [
+            sum(f.nbytes for f in files if f.rank == r) for r in range(options.tp)
+        ]
+        provenance = _piece_provenance(files)
     geo = ctx.geometry
     fse_on = sorted(k for k, v in ctx.fse_layers.items() if v)
     summary.fse_enabled_layers = fse_on
@@ -100,7 +107,7 @@ def build_plan(
         config=config,
         side_files=[f for f in catalog.side_files if f not in _NOT_SIDE_FILES],
         fse_layers=dict(sorted(ctx.fse_layers.items())),
-        provenance=planned.provenance,
+        provenance=provenance,
         summary=summary,
         notes=notes,
     )
@@ -158,6 +165,16 @@ def _metadata(ctx: PlanContext) -> dict[str, Any]:
     if o.layers is not None:
         meta["layers"] = sorted(o.layers)
     return meta
+
+
+def _piece_provenance(files: list) -> dict[str, list[str]]:  # type: ignore[type-arg]
+    """source -> output names, read off the pieces (names repeat across ranks: listed once)."""
+    out: dict[str, dict[str, None]] = {}
+    for f in files:
+        for t in f.tensors:
+            for p in t.pieces:
+                out.setdefault(p.source, {})[t.name] = None
+    return {k: list(v) for k, v in sorted(out.items())}
 
 
 def _exact_entries(config: dict | None) -> set[str]:

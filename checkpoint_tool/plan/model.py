@@ -58,7 +58,9 @@ class Piece(BaseModel):
 
 class OutputTensor(BaseModel):
     """One tensor to write. ``combine``: ``single`` (one piece), ``concat`` along ``axis``,
-    or ``stack`` (new leading dim ``axis``, e.g. experts into a 3-D parameter)."""
+    or ``stack`` (new leading dim ``axis``, e.g. experts into a 3-D parameter). A ``stack`` on
+    axis 0 writes its pieces back to back, so ``shape`` may be any shape with the same element
+    count (``2E`` pieces ``[I, H]`` written as ``[E, 2I, H]``)."""
 
     name: str
     dtype: str
@@ -70,6 +72,9 @@ class OutputTensor(BaseModel):
     ops: list[str] = Field(default_factory=list)
     #: MoE layer this tensor belongs to (None for non-MoE tensors), for reports and verify
     layer: int | None = None
+    #: a constant tensor (``pieces`` empty): every element is these bytes (hex, little-endian),
+    #: e.g. ``"0000803f"`` F32 1.0 (engine buffers no checkpoint tensor provides)
+    fill: str | None = None
 
 
 class OutputFile(BaseModel):

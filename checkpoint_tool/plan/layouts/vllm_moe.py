@@ -1,0 +1,221 @@
+"""Per-rank routed-expert parameters (``w13_*`` / ``w2_*``) of one MoE layer.
+
+The planned (HF-layout) per-expert tensors are already renamed, FSE-redirected (shared
+expert j in slot ``n_routed + j``) and padded to the padded intermediate size ``I'``. For TP
+rank ``r`` of ``tp`` (``I_r = I' / tp``) each expert contributes:
+
+- ``w13_<p>``: its gate rows ``[r*I_r, (r+1)*I_r)`` then its up rows (storage: bytes of packed
+  FP4, whole scale groups/blocks, via the codec), all experts stacked: ``2E`` pieces written
+  back to back as ``[E, 2*I_r, ...]``;
+- ``w2_<p>``: its down columns ``[r*I_r, (r+1)*I_r)``, stacked: ``[E, H, I_r/...]``;
+- per-tensor values: ``[E, 2]`` (gate, up) and ``[E]``; a ``per_expert`` role keeps the up
+  value only (vLLM's loader writes gate then up into one slot) and drops the gate one, by
+  rule ``vllm_sharded_per_expert``.
+
+The executor streams a stacked tensor piece by piece, so memory stays at one expert's slice.
+
+Example (Quark MXFP4, 8 routed + 1 FSE slot, I' = 128, H = 256, TP 2, rank 0)::
+
+    params = moe_params(builder, site, layer_facts)
+    [p.name for p in params]
+    # ['model.layers.1.mlp.experts.routed_experts.w13_weight', '..w2_weight',
+    #  '..w13_weight_scale', '..w2_weight_scale']
+    params[0].ranks[0].shape    # [9, 128, 128]   (E, 2 * 64 rows, 256 / 2 bytes)
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from checkpoint_tool.errors import InputError, UsageError
+from checkpoint_tool.model import MoeLayerFacts
+from checkpoint_tool.plan.layouts.narrow import narrow
+from checkpoint_tool.plan.layouts.vllm_params import Param, ParamBuilder
+from checkpoint_tool.plan.model import DroppedTensor, OutputTensor, Piece
+from checkpoint_tool.quant.resolve import storage_key
+from checkpoint_tool.targets.instance import MoeSite
+from checkpoint_tool.targets.shapes import (
+    ROLE_BY_SUFFIX,
+    moe_intermediate,
+    moe_shapes,
+    required,
+    scheme_params,
+)
+
+if TYPE_CHECKING:
+    from checkpoint_tool.quant.scheme import Scheme
+
+PER_EXPERT_RULE = "vllm_sharded_per_expert"
+
+
+def moe_params(b: ParamBuilder, site: MoeSite, layer: MoeLayerFacts) -> list[Param]:
+    """Every ``w13_*`` / ``w2_*`` parameter of ``site`` on every rank."""
+    if layer.naming.routed_layout != "per_expert":
+        raise UsageError(
+            f"{layer.routed_prefix}: routed experts stored as {layer.naming.routed_layout} "
+            "tensors; --layout vllm-sharded needs one tensor per expert and projection (vLLM "
+            "quantizes the fused experts it builds for this config): use --layout hf"
+        )
+    slots = range(site.slots)
+    modules = {
+        (e, proj): layer.routed_module(e, proj) for e in slots for proj in ("gate", "up", "down")
+    }
+    for (e, proj), module in modules.items():
+        if "weight" not in b.index.module(module):
+            key = b.spec.moe.w2 if proj == "down" else b.spec.moe.w13
+            raise b.missing(f"{module}.weight", f"{site.vllm}.{key.format(param='weight')}",
+                            f"expert slot {e} of {site.slots}, {site.cite}")  # fmt: skip
+    scheme = _layer_scheme(b, site, modules)
+    sp = scheme_params(b.spec, scheme, site.vllm)
+    params = required(sp, scheme, "moe")
+    for module in modules.values():
+        tensors = b.index.module(module)
+        for p in params:
+            if p not in tensors:
+                key = f"{site.vllm}.{b.spec.moe.w13.format(param=p)}"
+                raise b.missing(f"{module}.{p}", key, f"{scheme.short()}, {site.cite}")
+        extra = sorted(set(tensors) & set(ROLE_BY_SUFFIX) - set(params))
+        if extra:
+            raise InputError(
+                f"{b.index.ctx.catalog.root}: {', '.join(f'{module}.{s}' for s in extra)}: "
+                f"vLLM's routed experts ({scheme.short()}) have no such parameter; drop it with "
+                "a recipe rule or fix the quantization config"
+            )
+    codec = b.index.ctx.codec(scheme)
+    logical = {k: _logical(b, codec, site, module, k[1]) for k, module in modules.items()}
+    shapes = moe_shapes(site, b.spec, codec, b.tp, params, sp.per_expert)
+    role_shapes = codec.storage_shapes((2 * moe_intermediate(site, b.tp), site.hidden))
+    out = []
+    for p in params:
+        role = b.index.role(b.index.get(f"{modules[0, 'gate']}.{p}"))  # type: ignore[arg-type]
+        scalar = not role_shapes.get(role, ())
+        single = scalar and p in sp.per_expert
+        w13 = b.spec.moe.w13.format(param=p)
+        w2 = b.spec.moe.w2.format(param=p)
+        out.append(_w13(b, site, modules, logical, codec, p, role, single, w13, shapes[w13]))
+        out.append(_w2(b, site, modules, logical, codec, p, role, w2, shapes[w2]))
+    return out
+
+
+def _layer_scheme(b: ParamBuilder, site: MoeSite, modules: dict) -> Scheme:
+    """The one scheme every projection of every slot shares (vLLM: one method per layer)."""
+    first = None
+    for (_e, _proj), module in modules.items():
+        scheme = b.index.scheme(b.index.module(module)["weight"])
+        if first is None:
+            first = (scheme, module)
+        elif storage_key(scheme) != storage_key(first[0]):
+            raise InputError(
+                f"{b.index.ctx.catalog.root}: {module} is {scheme.short()} but {first[1]} is "
+                f"{first[0].short()}; vLLM builds the routed experts of MoE layer {site.layer} "
+                "(with any fused shared-expert slots) with one quantization method"
+            )
+    assert first is not None
+    return first[0]
+
+
+def _logical(b: ParamBuilder, codec: Any, site: MoeSite, module: str, proj: str) -> tuple:
+    weight = b.index.module(module)["weight"]
+    logical = b.logical(codec, weight)
+    want = (site.hidden, site.intermediate) if proj == "down" else (site.intermediate, site.hidden)
+    if logical != want:
+        raise InputError(
+            f"{b.index.ctx.catalog.root}: {module}.weight has logical shape {list(logical)} after "
+            f"padding, vLLM's {site.vllm} expects {list(want)} per expert (config.json sizes); "
+            "the checkpoint and its config disagree"
+        )
+    return logical
+
+
+def _slice(
+    b: ParamBuilder, codec: Any, role: str, logical: tuple, dim: int, rank: int, t: OutputTensor
+) -> Piece:
+    """Rank ``rank``'s share of intermediate dim ``dim`` of one expert tensor, one piece."""
+    pieces = list(t.pieces)
+    if role in getattr(codec, "roles", ()):
+        size = logical[dim] // b.tp
+        region = codec.storage_regions(logical, dim, rank * size, (rank + 1) * size, name=t.name)
+        r = region.get(role)
+        if r is not None:
+            pieces = narrow(t, b.entries, r.dim, r.start, r.stop)
+    if len(pieces) != 1:
+        raise UsageError(
+            f"{t.name}: its rank slice spans {len(pieces)} source pieces; --layout vllm-sharded "
+            "cannot stack it into an expert parameter (use --layout hf)"
+        )
+    return pieces[0]
+
+
+def _w13(
+    b: ParamBuilder,
+    site: MoeSite,
+    modules: dict,
+    logical: dict,
+    codec: Any,
+    p: str,
+    role: str,
+    single: bool,
+    name: str,
+    want: tuple,
+) -> Param:
+    key = b.keys.key(site.vllm, name)
+    used: list[str] = []
+    if single:
+        for e in range(site.slots):
+            gate = b.index.drop(f"{modules[e, 'gate']}.{p}")
+            for source in {piece.source for piece in gate.pieces}:
+                b.index.planned.dropped.append(
+                    DroppedTensor(
+                        name=source,
+                        rule=PER_EXPERT_RULE,
+                        reason=(
+                            f"vLLM's {key} holds one {p} per expert; its loader writes gate then "
+                            "up into the same slot, so the up_proj value is written"
+                        ),
+                    )
+                )
+    ranks = []
+    for r in range(b.tp):
+        pieces = []
+        for e in range(site.slots):
+            projs = ("up",) if single else ("gate", "up")
+            for proj in projs:
+                t = b.index.take(f"{modules[e, proj]}.{p}")
+                if r == 0:
+                    used.append(t.name)
+                pieces.append(_slice(b, codec, role, logical[e, proj], 0, r, t))
+        like = b.index.get(f"{modules[0, 'up']}.{p}")
+        assert like is not None
+        ops = [f"vllm routed experts rank {r}/{b.tp}: {site.slots} experts x [gate | up] rows"]
+        ranks.append(b.tensor(key, like, pieces, "stack", 0, want, ops, site.layer))
+    padded = any(b.index.is_padded(n) for n in used)
+    return Param(key, ranks, used, expert=True, padded=padded)
+
+
+def _w2(
+    b: ParamBuilder,
+    site: MoeSite,
+    modules: dict,
+    logical: dict,
+    codec: Any,
+    p: str,
+    role: str,
+    name: str,
+    want: tuple,
+) -> Param:
+    key = b.keys.key(site.vllm, name)
+    used: list[str] = []
+    ranks = []
+    for r in range(b.tp):
+        pieces = []
+        for e in range(site.slots):
+            t = b.index.take(f"{modules[e, 'down']}.{p}")
+            if r == 0:
+                used.append(t.name)
+            pieces.append(_slice(b, codec, role, logical[e, "down"], 1, r, t))
+        like = b.index.get(f"{modules[0, 'down']}.{p}")
+        assert like is not None
+        ops = [f"vllm routed experts rank {r}/{b.tp}: {site.slots} experts x down columns"]
+        ranks.append(b.tensor(key, like, pieces, "stack", 0, want, ops, site.layer))
+    padded = any(b.index.is_padded(n) for n in used)
+    return Param(key, ranks, used, expert=True, padded=padded)

@@ -1,0 +1,189 @@
+"""The ``vllm-sharded`` layout: per-TP-rank files vLLM loads with ``--load-format sharded_state``.
+
+Driven by the engine target spec (``checkpoint_tool/targets/<target>/<family>.yaml``): every
+parameter the engine's model registers is built for every rank from the planned HF-layout
+tensors (``plan.outputs``: renamed, FSE-redirected, padded), so the FSE chunking, padding and
+rename rules are the HF layout's own. Linears are merged and TP-sliced (``vllm_params``),
+routed experts stacked into ``w13_*``/``w2_*`` (``vllm_moe``), vocab tables padded and split,
+engine buffers written as constants. Keys are the state-dict keys the loader keeps (smallest
+alias). Files: ``model-rank-{rank}-part-{part}.safetensors``, parts balanced at
+``--max-shard-size``, no index; config.json, side files and the manifest as for ``hf``.
+
+Every planned tensor is used, or dropped by a named rule (MTP layers: the draft model's), or
+the plan fails naming it; a tensor the engine needs but the checkpoint lacks fails the plan
+naming the tensor.
+
+Example::
+
+    files = build_files(ctx, planned)        # PlanOptions(tp=2, layout="vllm-sharded")
+    [(f.rank, f.name) for f in files]
+    # [(0, 'model-rank-0-part-0.safetensors'), (1, 'model-rank-1-part-0.safetensors')]
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from checkpoint_tool.errors import InputError, UsageError
+from checkpoint_tool.plan.context import layer_of
+from checkpoint_tool.plan.layouts.planned_index import PlannedIndex
+from checkpoint_tool.plan.layouts.vllm_moe import moe_params
+from checkpoint_tool.plan.layouts.vllm_params import Param, ParamBuilder
+from checkpoint_tool.plan.model import DroppedTensor, OutputFile
+from checkpoint_tool.plan.sharding import shard
+from checkpoint_tool.quant.scheme import WeightFormat
+from checkpoint_tool.targets import DEFAULT_TARGET, load_spec
+from checkpoint_tool.targets.instance import ModelInstance, instantiate
+from checkpoint_tool.targets.keys import KeyResolver
+from checkpoint_tool.targets.spec import TargetSpec
+
+if TYPE_CHECKING:
+    from checkpoint_tool.plan.context import PlanContext
+    from checkpoint_tool.plan.outputs import Planned
+
+MTP_RULE = "vllm_sharded_mtp"
+_SHOW = 5
+
+
+def engine_config(ctx: PlanContext) -> dict[str, Any]:
+    """config.json as the engine will read it (the padded expert intermediate size)."""
+    config = dict(ctx.catalog.config or {})
+    if ctx.geometry.padded is not None:
+        config["moe_intermediate_size"] = ctx.geometry.padded
+    return config
+
+
+def model_instance(ctx: PlanContext, target: str = DEFAULT_TARGET) -> ModelInstance:
+    """The target spec of ``ctx``'s model family applied to its (padded) config."""
+    spec = load_spec(ctx.facts.family, target)
+    inst = instantiate(spec, engine_config(ctx), ctx.fse_layers)
+    wanted = ctx.options.layers
+    if wanted is not None:  # partial conversion: only those layers, no global tensors
+        keep = set(wanted)
+        inst.vocabs = []
+        inst.linears = [s for s in inst.linears if s.layer in keep]
+        inst.params = [s for s in inst.params if s.layer in keep]
+        inst.moes = [s for s in inst.moes if s.layer in keep]
+        inst.buffers = [s for s in inst.buffers if s.layer in keep]
+    return inst
+
+
+def build_files(ctx: PlanContext, planned: Planned) -> list[OutputFile]:
+    """Per-rank files of every engine parameter (see the module docstring)."""
+    _check_options(ctx)
+    inst = model_instance(ctx)
+    spec = inst.spec
+    index = PlannedIndex(ctx, planned)
+    _drop_mtp(index, planned, inst.num_layers)
+    builder = ParamBuilder(spec, KeyResolver(spec), index, ctx.options.tp)
+    params: list[Param] = []
+    for vocab in inst.vocabs:
+        params += builder.vocab(vocab)
+    for site in inst.params:
+        params += builder.params(site)
+    for linear in inst.linears:
+        params += builder.linear(linear)
+    facts = {layer.layer: layer for layer in ctx.facts.moe_layers}
+    for moe in inst.moes:
+        if moe.layer not in facts:
+            raise InputError(
+                f"{ctx.catalog.root}: config.json makes layer {moe.layer} a MoE layer but the "
+                "checkpoint has no experts there; the checkpoint and its config disagree"
+            )
+        params += moe_params(builder, moe, facts[moe.layer])
+    params += [builder.buffer(b) for b in inst.buffers]
+    _check_leftovers(ctx, index, spec)
+    _check_unique(params)
+    _record(planned, index, params)
+    _notes(ctx, spec, index, inst)
+    return rank_files(params, spec, ctx.options.tp, ctx.options.max_shard_size)
+
+
+def rank_files(params: list[Param], spec: TargetSpec, tp: int, max_bytes: int) -> list[OutputFile]:
+    """Each rank's tensors in balanced parts named by ``spec.files.pattern``."""
+    files = []
+    for rank in range(tp):
+        parts = shard([p.ranks[rank] for p in params], max_bytes)
+        for part, f in enumerate(parts):
+            name = spec.files.pattern.format(rank=rank, part=part)
+            files.append(OutputFile(name=name, tensors=f.tensors, nbytes=f.nbytes, rank=rank))
+    return files
+
+
+def _check_options(ctx: PlanContext) -> None:
+    if getattr(ctx.policy, "ep", False):
+        raise UsageError(
+            "--layout vllm-sharded writes tensor-parallel shards; expert parallelism (--ep) "
+            "places experts per rank differently: use --layout hf with --ep"
+        )
+
+
+def _drop_mtp(index: PlannedIndex, planned: Planned, num_layers: int) -> None:
+    """Layers past the main model's (MTP) belong to the draft model: drop them by rule."""
+    for t in planned.tensors:
+        layer = layer_of(t.name)
+        if layer is None or layer < num_layers:
+            continue
+        index.drop(t.name)
+        for source in dict.fromkeys(p.source for p in t.pieces):
+            planned.dropped.append(
+                DroppedTensor(
+                    name=source,
+                    rule=MTP_RULE,
+                    reason=(
+                        f"layer {layer} >= num_hidden_layers {num_layers}: an MTP layer, loaded "
+                        "by vLLM's DeepSeekMTP draft model, not part of the main model's state"
+                    ),
+                )
+            )
+
+
+def _check_leftovers(ctx: PlanContext, index: PlannedIndex, spec: TargetSpec) -> None:
+    left = index.unused()
+    if left:
+        more = f" (and {len(left) - _SHOW} more)" if len(left) > _SHOW else ""
+        raise InputError(
+            f"{ctx.catalog.root}: {len(left)} tensor(s) have no parameter in vLLM's "
+            f"{spec.family} model ({spec.target}): {', '.join(left[:_SHOW])}{more}; drop them "
+            "with a recipe rule (--recipe PATH) or use --layout hf"
+        )
+
+
+def _check_unique(params: list[Param]) -> None:
+    seen: set[str] = set()
+    for p in params:
+        if p.name in seen:
+            raise InputError(f"target spec: parameter {p.name} is built twice; fix the spec")
+        seen.add(p.name)
+
+
+def _record(planned: Planned, index: PlannedIndex, params: list[Param]) -> None:
+    """Report bookkeeping under the output names (kinds, padded, experts)."""
+    for p in params:
+        kinds = {index.kind(n) for n in p.planned}
+        if "redirected" in kinds:
+            kind = "redirected"
+        elif p.planned == [p.name] and kinds <= {"kept"}:
+            kind = "kept"
+        else:
+            kind = "renamed"
+        planned.kinds[p.name] = kind
+        if p.padded:
+            planned.padded.add(p.name)
+        if p.expert:
+            planned.experts.add(p.name)
+
+
+def _notes(ctx: PlanContext, spec: TargetSpec, index: PlannedIndex, inst: ModelInstance) -> None:
+    formats = set()
+    for site in inst.moes:
+        weight = index.get(f"{site.vllm.rsplit('.', 1)[0]}.0.gate_proj.weight")
+        if weight is not None:
+            formats.add(index.scheme(weight).format)
+    if WeightFormat.MXFP4 in formats:
+        ctx.notes.append(
+            "MXFP4 routed experts: vLLM's MXFP4 MoE backends round each rank's intermediate size "
+            f"up (per backend); the per-rank files hold {ctx.geometry.padded // ctx.options.tp} "
+            "rows per expert: pass --pad-to <the backend's round-up> if your backend rounds "
+            "further, or the sharded_state loader misplaces w13's up rows"
+        )
