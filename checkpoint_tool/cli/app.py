@@ -85,13 +85,12 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        # typer >= 0.29 vendors click: its usage errors are typer.TyperException subclasses
-        usage = (click.exceptions.ClickException, typer.TyperException)
-        if isinstance(exc, usage) and hasattr(exc, "show"):
-            exc.show()
-            sys.exit(exc.exit_code)
+    except Exception as exc:
+        # usage errors (bad option values, missing arguments) from typer's click layer: they
+        # know how to print themselves in one block and carry their exit code (2)
+        show, code = getattr(exc, "show", None), getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(code, int):
+            show()
+            sys.exit(code)
         raise
     sys.exit(rc if isinstance(rc, int) else 0)
