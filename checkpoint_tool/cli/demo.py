@@ -19,14 +19,32 @@ from rich.rule import Rule
 
 from checkpoint_tool.errors import EXIT_OK
 
-#: (title, argv template) — ``{src}``/``{dst}``/``{work}`` are filled in at run time
-STEPS: list[tuple[str, str]] = [
-    ("1. Build a tiny Quark hybrid checkpoint", "synth quark-hybrid {src} --seed 0"),
-    ("2. Inspect: per-layer FSE policy for TP=2 (headers only)", "inspect {src} --tp 2"),
-    ("3. Plan the conversion (nothing is written)", "plan {src} --tp 2"),
-    ("4. Convert for TP=2 (rename, FSE redirect, pad, reshard)", "convert {src} {dst} --tp 2"),
-    ("5. Verify numerically against the source (Triton runtime)", "verify {dst} --source {src}"),
-    ("6. Validate the output as a CI gate would", "validate {dst}"),
+#: (title, argv template, exit codes that are expected, note shown when the step exits non-zero)
+#: ``{src}``/``{dst}`` are filled in at run time
+STEPS: list[tuple[str, str, set[int], str]] = [
+    ("1. Build a tiny Quark hybrid checkpoint", "synth quark-hybrid {src} --seed 0", {0}, ""),
+    (
+        "2. Inspect: per-layer FSE policy and engine findings for TP=2 (headers only)",
+        "inspect {src} --tp 2",
+        {0, 1},
+        "inspect exits 1 here on purpose: the *source* has findings. The TP errors are what "
+        "convert fixes by padding; the per-layer FSE mix is ckpt's point, and an engine that "
+        "fuses all-or-nothing needs `ckpt convert --fse off` instead.",
+    ),
+    ("3. Plan the conversion (nothing is written)", "plan {src} --tp 2", {0}, ""),
+    (
+        "4. Convert for TP=2 (rename, FSE redirect, pad, reshard)",
+        "convert {src} {dst} --tp 2",
+        {0},
+        "",
+    ),
+    (
+        "5. Verify numerically against the source (Triton runtime)",
+        "verify {dst} --source {src}",
+        {0},
+        "",
+    ),
+    ("6. Validate the output as a CI gate would", "validate {dst}", {0}, ""),
 ]
 
 
@@ -53,7 +71,7 @@ def register(app: typer.Typer) -> None:
             paths = {"src": str(work / "src"), "dst": str(work / "dst"), "work": str(work)}
             known = {c.name for c in root.registered_commands}
             failed = []
-            for title, template in STEPS:
+            for title, template, expected, note in STEPS:
                 argv = shlex.split(template.format(**paths))
                 if argv[0] not in known:
                     console.print(Rule(f"[dim]{title}: skipped ({argv[0]} not available)"))
@@ -63,9 +81,11 @@ def register(app: typer.Typer) -> None:
                 console.print(Rule(f"[bold]{title}"))
                 console.print(f"[dim]$ ckpt {shlex.join(argv)}")
                 code = _invoke(root, argv)
-                if code != EXIT_OK:
+                if code not in expected:
                     failed.append((title, code))
                     console.print(f"[red]step exited with code {code}")
+                elif code != EXIT_OK:
+                    console.print(f"[yellow]exit {code} (expected).[/] {note}")
             console.print(Rule())
             if failed:
                 console.print(f"[red]demo finished with {len(failed)} failing step(s)")
