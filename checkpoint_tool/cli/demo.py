@@ -90,7 +90,12 @@ def register(app: typer.Typer) -> None:
             if failed:
                 console.print(f"[red]demo finished with {len(failed)} failing step(s)")
                 raise typer.Exit(1)
-            console.print(f"[green]demo finished: every step passed[/] (outputs in {work})")
+            where = (
+                f"outputs in {work}"
+                if workdir
+                else "temporary outputs removed; pass --workdir DIR to keep them"
+            )
+            console.print(f"[green]demo finished: every step passed[/] ({where})")
 
 
 def _invoke(root: typer.Typer, argv: list[str]) -> int:
