@@ -129,6 +129,13 @@ class TargetSpec(_Model):
     schemes: dict[str, SchemeParams]
     notes: list[str] = Field(default_factory=list)
 
+    def moe_module(self, layer: int) -> str:
+        """Engine module holding the routed experts of ``layer``."""
+        for m in self.modules:
+            if m.kind == "moe":
+                return m.vllm.replace("{L}", str(layer))
+        raise KeyError(f"{self.target}/{self.family}: the spec has no MoE module")
+
     def scheme_params(self, key: str) -> SchemeParams | None:
         """Parameters of scheme ``key`` (``quark/mxfp4``) or of ``unquantized``."""
         return self.schemes.get(key)

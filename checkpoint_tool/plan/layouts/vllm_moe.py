@@ -62,17 +62,19 @@ def moe_params(b: ParamBuilder, site: MoeSite, layer: MoeLayerFacts) -> list[Par
     }
     for (e, proj), module in modules.items():
         if "weight" not in b.index.module(module):
-            key = b.spec.moe.w2 if proj == "down" else b.spec.moe.w13
-            raise b.missing(f"{module}.weight", f"{site.vllm}.{key.format(param='weight')}",
+            template = b.spec.moe.w2 if proj == "down" else b.spec.moe.w13
+            key = b.keys.key(site.vllm, template.format(param="weight"))
+            raise b.missing(f"{module}.weight", key,
                             f"expert slot {e} of {site.slots}, {site.cite}")  # fmt: skip
     scheme = _layer_scheme(b, site, modules)
     sp = scheme_params(b.spec, scheme, site.vllm)
     params = required(sp, scheme, "moe")
-    for module in modules.values():
+    for (_, proj), module in modules.items():
         tensors = b.index.module(module)
         for p in params:
             if p not in tensors:
-                key = f"{site.vllm}.{b.spec.moe.w13.format(param=p)}"
+                template = b.spec.moe.w2 if proj == "down" else b.spec.moe.w13
+                key = b.keys.key(site.vllm, template.format(param=p))
                 raise b.missing(f"{module}.{p}", key, f"{scheme.short()}, {site.cite}")
         extra = sorted(set(tensors) & set(ROLE_BY_SUFFIX) - set(params))
         if extra:

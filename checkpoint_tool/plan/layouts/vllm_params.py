@@ -71,8 +71,8 @@ class ParamBuilder:
     def missing(self, tensor: str, param: str, why: str) -> InputError:
         return InputError(
             f"{self.index.ctx.catalog.root}: tensor {tensor!r} is missing from the checkpoint; "
-            f"vLLM's parameter {param!r} ({why}) needs it: restore it, or convert with the "
-            "recipe/--layers that produce it"
+            f"vLLM's parameter {param!r} ({why}) needs it: restore it in the source, or use "
+            "--layout hf"
         )
 
     def logical(self, codec: Any, weight: OutputTensor) -> tuple[int, ...]:

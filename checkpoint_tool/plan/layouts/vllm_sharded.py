@@ -31,6 +31,7 @@ from checkpoint_tool.plan.layouts.vllm_moe import moe_params
 from checkpoint_tool.plan.layouts.vllm_params import Param, ParamBuilder
 from checkpoint_tool.plan.model import DroppedTensor, OutputFile
 from checkpoint_tool.plan.sharding import shard
+from checkpoint_tool.plan.summary import output_nbytes
 from checkpoint_tool.quant.scheme import WeightFormat
 from checkpoint_tool.targets import DEFAULT_TARGET, load_spec
 from checkpoint_tool.targets.instance import ModelInstance, instantiate
@@ -158,8 +159,11 @@ def _check_unique(params: list[Param]) -> None:
 
 
 def _record(planned: Planned, index: PlannedIndex, params: list[Param]) -> None:
-    """Report bookkeeping under the output names (kinds, padded, experts)."""
+    """Report bookkeeping under the output names (kinds, padded, experts, bytes)."""
+    sizes = getattr(planned, "nbytes", None)
     for p in params:
+        if isinstance(sizes, dict):
+            sizes[p.name] = output_nbytes(p.ranks[0])
         kinds = {index.kind(n) for n in p.planned}
         if "redirected" in kinds:
             kind = "redirected"
