@@ -26,7 +26,6 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -34,14 +33,13 @@ import numpy as np
 from checkpoint_tool.catalog.catalog import INDEX_NAME, Catalog
 from checkpoint_tool.catalog.safetensors_format import FileHeader, read_header
 from checkpoint_tool.errors import CkptError, InputError
+from checkpoint_tool.execute.progress import NullProgress, Progress
 from checkpoint_tool.plan.model import OutputFile, OutputTensor, Plan
 from checkpoint_tool.verify.expected import Segment, TensorLayout, storage_geometry
 from checkpoint_tool.verify.report import LosslessReport, TensorMismatch
 
 DEFAULT_BUDGET = 32 << 20
 DEFAULT_MAX_LISTED = 50
-#: called after each tensor with (bytes compared so far, total bytes planned)
-ProgressFn = Callable[[int, int], None]
 
 
 class _Files:
@@ -86,10 +84,16 @@ class _OutputUnreadable(Exception):
 
 class _Checker:
     def __init__(
-        self, plan: Plan, catalog: Catalog, dst: Path, budget: int, max_listed: int
+        self,
+        plan: Plan,
+        catalog: Catalog,
+        dst: Path,
+        budget: int,
+        max_listed: int,
+        progress: Progress,
     ) -> None:
         self.plan, self.catalog, self.dst = plan, catalog, Path(dst)
-        self.budget, self.max_listed = budget, max_listed
+        self.budget, self.max_listed, self.progress = budget, max_listed, progress
         self.files = _Files()
         self.report = LosslessReport(status="passed")
 
@@ -128,7 +132,7 @@ class _Checker:
         except InputError as exc:
             raise _OutputUnreadable(exc.message) from exc
 
-    def check_file(self, ofile: OutputFile, progress: ProgressFn | None, total: int) -> None:
+    def check_file(self, ofile: OutputFile) -> None:
         path = self.dst / ofile.name
         header: FileHeader | None = None
         why = "is missing"
@@ -161,8 +165,6 @@ class _Checker:
             )
         for t in ofile.tensors:
             self.check_tensor(t, ofile.name, path, header)
-            if progress is not None:
-                progress(self.report.bytes_compared, total)
 
     def check_tensor(self, t: OutputTensor, fname: str, path: Path, header: FileHeader) -> None:
         layout = TensorLayout(t, self.lookup)
@@ -195,6 +197,7 @@ class _Checker:
                     first = (seg, where)
                 differ += n
                 self.report.bytes_compared += seg.stop - seg.start
+                self.progress.advance(seg.stop - seg.start)
         except _OutputUnreadable as exc:
             self.mismatch(
                 TensorMismatch(tensor=t.name, file=fname, kind="unreadable", message=str(exc))
@@ -294,6 +297,11 @@ class _Checker:
         self.mismatch(TensorMismatch(tensor="", file=rel, kind="file_differs", message=message))
 
 
+def _nbytes(t: OutputTensor) -> int:
+    shape, itemsize = storage_geometry(t.dtype, t.shape)
+    return math.prod(shape) * itemsize
+
+
 def _dict_differences(a: dict, b: dict) -> int:
     return sum(1 for k in set(a) | set(b) if a.get(k) != b.get(k))
 
@@ -313,22 +321,25 @@ def check_lossless(
     *,
     budget: int = DEFAULT_BUDGET,
     max_listed: int = DEFAULT_MAX_LISTED,
-    progress: ProgressFn | None = None,
+    progress: Progress | None = None,
 ) -> LosslessReport:
-    """Compare every tensor of ``plan`` in ``dst`` with the source bytes it is made of."""
+    """Compare every tensor of ``plan`` in ``dst`` with the source bytes it is made of.
+
+    ``progress`` (``execute.progress``) sees the output bytes compared and each file done.
+    """
     t0 = time.monotonic()
-    checker = _Checker(plan, catalog, dst, budget, max_listed)
-    total = sum(
-        math.prod(storage_geometry(t.dtype, t.shape)[0]) * storage_geometry(t.dtype, t.shape)[1]
-        for f in plan.files
-        for t in f.tensors
-    )
+    prog = progress or NullProgress()
+    checker = _Checker(plan, catalog, dst, budget, max_listed, prog)
+    total = sum(_nbytes(t) for f in plan.files for t in f.tensors)
+    prog.start(total, len(plan.files))
     try:
         for ofile in plan.files:
-            checker.check_file(ofile, progress, total)
+            checker.check_file(ofile)
+            prog.file_done(ofile.name, sum(_nbytes(t) for t in ofile.tensors))
         checker.check_others()
     finally:
         checker.files.close()
+        prog.close()
     report = checker.report
     report.status = "failed" if report.mismatch_count else "passed"
     report.seconds = round(time.monotonic() - t0, 3)

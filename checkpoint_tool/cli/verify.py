@@ -1,0 +1,184 @@
+"""``ckpt verify DST --source SRC``: prove a converted checkpoint against its source.
+
+Exit codes: 0 passed, 1 a check failed (a tensor's bytes, a layer's numbers), 2 usage error or
+unreadable input (no manifest for the lossless check, another source, bad options).
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from checkpoint_tool.cli.output import OutputFormat, emit
+
+HELP = """Prove a converted checkpoint against its source.
+
+Lossless: every output tensor must be exactly the source bytes (and zero / neutral padding) the
+conversion plan says (the plan is rebuilt from DST's ckpt-manifest.json). Numeric: sampled MoE
+layers (default: one per distinct policy: fused or separate shared experts, padded or not, each
+scheme) run through the bundled Triton MoE runtime from DST (fused slots, padding, TP partial
+sums) and are compared with a float reference computed from SRC.
+
+Exit code: 0 passed, 1 a check failed, 2 usage error or unreadable input.
+
+Examples:
+
+  ckpt verify /out/model --source /models/quark-mxfp4
+
+  ckpt verify /out/model -s /models/R1 --layers 3,30,61 --tokens 64 --device cuda
+
+  ckpt verify /out/model -s ./src --no-numeric --format json > verify.json
+
+  ckpt verify /out/model -s ./src --no-lossless --backend torch --tp 4
+"""
+
+
+class DeviceOption(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+class BackendOption(str, Enum):
+    triton = "triton"
+    torch = "torch"
+
+
+class VerifyFormat(str, Enum):
+    human = "human"
+    json = "json"
+
+
+class _VerifyBar:
+    """A rich bar on stderr for the lossless byte comparison (TTY only)."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        self._bars = Progress(
+            TextColumn("[bold]verify lossless"),
+            BarColumn(),
+            DownloadColumn(binary_units=False),
+            TransferSpeedColumn(),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self._task = self._bars.add_task("verify", total=None)
+
+    def start(self, total_bytes: int, total_files: int) -> None:
+        self._bars.update(self._task, total=total_bytes)
+        self._bars.start()
+
+    def advance(self, nbytes: int) -> None:
+        self._bars.advance(self._task, nbytes)
+
+    def file_done(self, name: str, nbytes: int, *, skipped: bool = False) -> None:
+        pass
+
+    def note(self, message: str) -> None:
+        self._bars.console.print(message)
+
+    def close(self) -> None:
+        self._bars.stop()
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("verify", help=HELP)
+    def verify(
+        dst: Annotated[Path, typer.Argument(help="Output folder of `ckpt convert`.")],
+        source: Annotated[
+            str,
+            typer.Option(
+                "--source", "-s", help="The checkpoint DST was converted from (folder or repo id)."
+            ),
+        ],
+        lossless: Annotated[
+            bool,
+            typer.Option("--lossless/--no-lossless", help="Compare every output tensor's bytes."),
+        ] = True,
+        numeric: Annotated[
+            bool,
+            typer.Option(
+                "--numeric/--no-numeric", help="Run sampled MoE layers against the reference."
+            ),
+        ] = True,
+        layers: Annotated[
+            str | None,
+            typer.Option(
+                "--layers", help="MoE layers to run, e.g. 3,4 or 3-5 (default: one per policy)."
+            ),
+        ] = None,
+        tokens: Annotated[
+            int, typer.Option("--tokens", min=1, help="Random hidden states per layer.")
+        ] = 16,
+        seed: Annotated[int, typer.Option("--seed", help="Seed of the hidden states.")] = 0,
+        tp: Annotated[
+            int | None,
+            typer.Option(
+                "--tp", min=1, help="TP ranks to run and sum (default: the conversion's --tp)."
+            ),
+        ] = None,
+        device: Annotated[
+            DeviceOption, typer.Option("--device", help="auto (cuda if visible), cpu or cuda.")
+        ] = DeviceOption.auto,
+        backend: Annotated[
+            BackendOption,
+            typer.Option(
+                "--backend",
+                help="triton (grouped GEMM; the interpreter on CPU) or torch (per-expert loop).",
+            ),
+        ] = BackendOption.triton,
+        memory_budget: Annotated[
+            str,
+            typer.Option(
+                "--memory-budget", help="Bytes compared at a time (lossless), e.g. 64MiB."
+            ),
+        ] = "32MiB",
+        max_mismatches: Annotated[
+            int,
+            typer.Option(
+                "--max-mismatches", min=1, help="Mismatched tensors listed (counted all)."
+            ),
+        ] = 50,
+        progress: Annotated[
+            bool, typer.Option("--progress/--no-progress", help="Progress bar on a terminal.")
+        ] = True,
+        fmt: Annotated[
+            VerifyFormat, typer.Option("--format", "-f", help="human or json.")
+        ] = VerifyFormat.human,
+    ) -> None:
+        from checkpoint_tool.cli.plan import parse_layers
+        from checkpoint_tool.plan.sharding import parse_size
+        from checkpoint_tool.verify import VerifyOptions, verify_checkpoint
+        from checkpoint_tool.verify.render import render_human
+
+        options = VerifyOptions(
+            lossless=lossless,
+            numeric=numeric,
+            layers=parse_layers(layers),
+            tokens=tokens,
+            seed=seed,
+            device=device.value,
+            backend=backend.value,
+            tp=tp,
+            memory_budget=parse_size(memory_budget),
+            max_mismatches=max_mismatches,
+        )
+        bar = _VerifyBar() if progress and sys.stderr.isatty() else None
+        report = verify_checkpoint(dst, source, options, progress=bar)
+        emit(report, OutputFormat(fmt.value), human=render_human)  # type: ignore[arg-type]
+        if report.exit_code:
+            raise typer.Exit(report.exit_code)

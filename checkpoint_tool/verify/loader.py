@@ -1,0 +1,364 @@
+"""Runtime layer weights (``runtime.weights.MoeLayerWeights``) read from a checkpoint by name.
+
+One loader for both sides of ``ckpt verify``, because it reads the checkpoint the way an engine
+does -- from config.json and tensor names, never from the plan:
+
+- the **source** layout: per-expert tensors (or per-expert fused ``gate_up_proj``, or Quark's
+  3-D BF16 ``experts.gate_up_proj`` [E, 2I, H]), shared experts as a separate MLP
+  (``shared_experts.*``, one MLP ``n_shared x I`` wide, or indexed);
+- the converted **hf** layout: the same names, plus fused shared-expert slots
+  ``experts.{n_routed + j}`` where the conversion redirected them (``config.json["ckpt"]``
+  records which layers; a recorded slot whose tensors are missing is an error), padded
+  intermediate dims, renamed scales.
+
+Schemes come from the checkpoint's own quantization config (``semantics="producer"`` for the
+source: what its bytes mean to the producer; ``"vllm"`` for the converted one: what vLLM will
+do), scale tensors from the scheme's suffix (any single scale-role sibling as a fallback).
+
+Only the routed experts asked for are read (``experts=[...]``): a sampled DeepSeek-V3 layer
+with 32 tokens reads a few dozen of its 256 experts.
+
+Example::
+
+    view = CheckpointView.open("/out/model", semantics="vllm")
+    router = view.router(3)                              # float32 [256, 7168], bias [256]
+    loaded = view.layer(3, experts=[5, 17, 200])
+    loaded.weights.n_routed, loaded.weights.n_fused_shared, loaded.slot_of[17]   # (3, 1, 1)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from checkpoint_tool.catalog.catalog import Catalog, open_catalog
+from checkpoint_tool.catalog.reader import read_rows, read_tensor
+from checkpoint_tool.errors import InputError
+from checkpoint_tool.model import ModelFacts, MoeLayerFacts, model_facts
+from checkpoint_tool.model.config_fields import text_config
+from checkpoint_tool.quant.resolve import load_quant_config, resolve_tensor, split_tensor_name
+from checkpoint_tool.quant.scheme import Scheme
+from checkpoint_tool.runtime.routing import RoutingConfig
+from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
+
+Semantics = Literal["vllm", "producer"]
+#: parameter suffix -> runtime role (CODEC_API roles)
+_SCALE_SUFFIXES = ("weight_scale", "weight_scale_inv", "scale")
+_GLOBAL_SUFFIXES = ("weight_scale_2",)
+_BIAS_NAMES = ("e_score_correction_bias", "bias")
+
+
+@dataclass(frozen=True)
+class Router:
+    """A layer's router: float32 weight ``[n_routed, H]``, optional correction bias ``[n_routed]``
+    and Qwen shared-expert gate ``[1, H]``."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None = None
+    shared_gate: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class LoadedLayer:
+    """A layer restricted to some routed experts: ``slot_of[e]`` is expert e's index in it."""
+
+    weights: MoeLayerWeights
+    slot_of: dict[int, int]
+    #: fused shared-expert slots (``n_routed + j``) found in the checkpoint
+    fused_slots: list[int] = field(default_factory=list)
+    #: names of every tensor read, for reports
+    tensors: list[str] = field(default_factory=list)
+
+
+class CheckpointView:
+    """A checkpoint read like an engine reads it: facts from config.json, schemes from its
+    quantization config, tensors by name (see the module docstring)."""
+
+    def __init__(self, catalog: Catalog, *, semantics: Semantics = "vllm") -> None:
+        self.catalog = catalog
+        self.semantics = semantics
+        self.config: dict[str, Any] = catalog.config or {}
+        if not catalog.config:
+            raise InputError(f"{catalog.root}: no config.json; verify needs the model config")
+        self.text_config = text_config(self.config)
+        self.qconfig = load_quant_config(
+            self.config, catalog.hf_quant_config, where=str(catalog.root / "config.json")
+        )
+        self._scheme_cache: dict[str, Scheme] = {}
+
+    @classmethod
+    def open(cls, path: str | Path, *, semantics: Semantics = "vllm") -> CheckpointView:
+        return cls(open_catalog(path, headers_only=False), semantics=semantics)
+
+    # -- model-level facts --------------------------------------------------------------------
+    @cached_property
+    def facts(self) -> ModelFacts:
+        return model_facts(self.config, set(self.catalog.tensors))
+
+    @property
+    def where(self) -> str:
+        return str(self.catalog.source or self.catalog.root)
+
+    def layer_facts(self, layer: int) -> MoeLayerFacts:
+        lf = self.facts.layer(layer)
+        if lf is None:
+            raise InputError(
+                f"{self.where}: layer {layer} is not a MoE layer (MoE layers: "
+                f"{_ranges(self.facts.moe_layer_indices)}); pick --layers among them"
+            )
+        return lf
+
+    def routing(self) -> RoutingConfig:
+        return RoutingConfig.from_hf_config(self.text_config, source=f"{self.where}/config.json")
+
+    def ckpt_metadata(self) -> dict[str, Any]:
+        """``config.json["ckpt"]`` written by ``ckpt convert`` (empty for other checkpoints)."""
+        meta = self.config.get("ckpt")
+        return meta if isinstance(meta, dict) else {}
+
+    def recorded_slots(self, layer: int) -> list[int] | None:
+        """FSE slots ``ckpt convert`` recorded for ``layer`` (None when nothing is recorded)."""
+        slots = self.ckpt_metadata().get("fse_slots")
+        if not isinstance(slots, dict):
+            return None
+        return [int(s) for s in slots.get(str(layer), [])]
+
+    def fused_slots(self, layer: int) -> list[int]:
+        """Shared-expert slots ``n_routed + j`` present as routed experts (or recorded)."""
+        lf = self.layer_facts(layer)
+        present = [
+            lf.n_routed + j
+            for j in range(max(lf.n_shared, 0))
+            if lf.routed_weight(lf.n_routed + j, "gate") in self.catalog.tensors
+        ]
+        recorded = self.recorded_slots(layer)
+        return sorted(set(present) | set(recorded or []))
+
+    def has_shared_module(self, layer: int) -> bool:
+        lf = self.layer_facts(layer)
+        return any(f"{m}.weight" in self.catalog.tensors for m in lf.shared_modules())
+
+    # -- tensors ------------------------------------------------------------------------------
+    def scheme(self, name: str) -> Scheme:
+        entry = self.catalog.get(name)
+        return resolve_tensor(
+            self.qconfig,
+            name,
+            dtype=entry.dtype,
+            shape=entry.shape,
+            semantics=self.semantics,
+            cache=self._scheme_cache,
+        ).scheme
+
+    def read(self, name: str, what: str) -> torch.Tensor:
+        if name not in self.catalog.tensors:
+            raise InputError(f"{self.where}: {what} tensor {name!r} is missing")
+        return read_tensor(self.catalog, name)
+
+    @cached_property
+    def _siblings(self) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        for name in self.catalog.tensors:
+            module, suffix = split_tensor_name(name)
+            out.setdefault(module, {})[suffix] = name
+        return out
+
+    def projection(self, module: str, weight: str | None = None) -> Projection:
+        """One linear by module name: weight, scale, NVFP4 global scale; scheme resolved."""
+        weight = weight or f"{module}.weight"
+        scheme = self.scheme(weight) if weight in self.catalog.tensors else None
+        if scheme is None:
+            raise InputError(f"{self.where}: expert weight {weight!r} is missing")
+        parts = {"weight": self.read(weight, "expert weight")}
+        if scheme.quantized:
+            siblings = self._siblings.get(module, {})
+            parts["scale"] = self.read(
+                self._sibling(module, siblings, scheme.scale_suffix, _SCALE_SUFFIXES, scheme),
+                f"{scheme.short()} scale",
+            )
+            if scheme.global_scale_suffix:
+                parts["global_scale"] = self.read(
+                    self._sibling(
+                        module, siblings, scheme.global_scale_suffix, _GLOBAL_SUFFIXES, scheme
+                    ),
+                    f"{scheme.short()} global scale",
+                )
+        return Projection(parts, scheme, module)
+
+    def _sibling(
+        self,
+        module: str,
+        siblings: dict[str, str],
+        suffix: str | None,
+        fallbacks: Sequence[str],
+        scheme: Scheme,
+    ) -> str:
+        if suffix and suffix in siblings:
+            return siblings[suffix]
+        found = [siblings[s] for s in fallbacks if s in siblings]
+        if len(found) == 1:
+            return found[0]
+        want = f"{module}.{suffix}" if suffix else f"a scale of {module}"
+        raise InputError(
+            f"{self.where}: {scheme.short()} weight {module}.weight has no scale tensor {want!r} "
+            f"(siblings: {', '.join(sorted(siblings)) or 'none'})"
+        )
+
+    # -- a layer ------------------------------------------------------------------------------
+    def router(self, layer: int) -> Router:
+        lf = self.layer_facts(layer)
+        gate = f"{lf.prefix}.gate"
+        weight = self._dense(f"{gate}.weight", "router weight")
+        bias = None
+        for b in _BIAS_NAMES:
+            if f"{gate}.{b}" in self.catalog.tensors:
+                bias = self.read(f"{gate}.{b}", "router bias").float()
+                break
+        shared_gate = None
+        if lf.has_shared_expert_gate:
+            shared_gate = self._dense(f"{lf.prefix}.shared_expert_gate.weight", "shared gate")
+        return Router(weight, bias, shared_gate)
+
+    def _dense(self, name: str, what: str) -> torch.Tensor:
+        """float32 value of a (normally unquantized) tensor; quantized ones are dequantized."""
+        t = self.read(name, what)
+        scheme = self.scheme(name)
+        if not scheme.quantized:
+            return t.float()
+        from checkpoint_tool.runtime.reference import dequantize_projection
+
+        module = split_tensor_name(name)[0]
+        return dequantize_projection(self.projection(module, name))
+
+    def expert(self, layer: int, e: int) -> ExpertWeights:
+        """Routed expert ``e`` (also a fused shared slot ``n_routed + j``)."""
+        lf = self.layer_facts(layer)
+        layout = lf.naming.routed_layout
+        if layout == "fused_3d":
+            return self._expert_3d(lf, e)
+        down = self.projection(lf.routed_module(e, "down"))
+        if layout == "per_expert_gate_up":
+            gate, up = _split_gate_up(self.projection(lf.routed_module(e, "gate")))
+        else:
+            gate = self.projection(lf.routed_module(e, "gate"))
+            up = self.projection(lf.routed_module(e, "up"))
+        return ExpertWeights(gate, up, down)
+
+    def _expert_3d(self, lf: MoeLayerFacts, e: int) -> ExpertWeights:
+        out = []
+        for proj in ("gate", "down"):
+            name = lf.routed_weight(e, proj)
+            entry = self.catalog.tensors.get(name)
+            if entry is None:
+                raise InputError(f"{self.where}: fused expert tensor {name!r} is missing")
+            scheme = self.scheme(name)
+            if scheme.quantized or len(entry.shape) != 3:
+                raise InputError(
+                    f"{self.where}: {name}: only float 3-D expert tensors [E, out, in] are "
+                    f"supported, this one is {entry.dtype} {list(entry.shape)} ({scheme.short()})"
+                )
+            t = read_rows(self.catalog, entry, e, e + 1)[0]
+            out.append(Projection({"weight": t}, scheme, f"{name}[{e}]"))
+        gate, up = _split_gate_up(out[0])
+        return ExpertWeights(gate, up, out[1])
+
+    def shared(self, layer: int) -> list[ExpertWeights]:
+        """The separate shared expert MLP(s) of ``layer`` (empty when there are none)."""
+        lf = self.layer_facts(layer)
+        if lf.shared_prefix is None or not self.has_shared_module(layer):
+            return []
+        indexed = lf.naming.shared_layout == "indexed"
+        out = []
+        for j in range(lf.n_shared) if indexed else [None]:
+            down = self.projection(lf.shared_module("down", j))
+            if lf.naming.shared_layout == "single_gate_up":
+                gate, up = _split_gate_up(self.projection(lf.shared_module("gate", j)))
+            else:
+                gate = self.projection(lf.shared_module("gate", j))
+                up = self.projection(lf.shared_module("up", j))
+            out.append(ExpertWeights(gate, up, down))
+        return out
+
+    def layer(
+        self, layer: int, *, experts: Sequence[int] | None = None, router: Router | None = None
+    ) -> LoadedLayer:
+        """Layer ``layer`` with routed ``experts`` (all when None), fused slots and shared MLPs.
+
+        The router weight and bias are restricted to the chosen experts, so ``slot_of`` maps
+        the model's expert ids to the runtime's (``run_moe(..., topk=(remapped ids, w))``).
+        """
+        lf = self.layer_facts(layer)
+        router = router or self.router(layer)
+        ids = sorted(set(range(lf.n_routed) if experts is None else experts))
+        if not ids or ids[0] < 0 or ids[-1] >= lf.n_routed:
+            raise InputError(
+                f"{self.where}: layer {layer}: expert ids {ids} not in 0..{lf.n_routed - 1}"
+            )
+        slots = self.fused_slots(layer)
+        routed = [self.expert(layer, e) for e in ids]
+        fused = [self.expert(layer, s) for s in slots]
+        index = torch.tensor(ids, dtype=torch.long)
+        weights = MoeLayerWeights(
+            experts=[*routed, *fused],
+            router_weight=router.weight.index_select(0, index),
+            e_score_correction_bias=None
+            if router.bias is None
+            else router.bias.index_select(0, index),
+            shared=self.shared(layer),
+            n_fused_shared=len(fused),
+            shared_gate_weight=router.shared_gate,
+            name=lf.prefix,
+        )
+        return LoadedLayer(weights, {e: i for i, e in enumerate(ids)}, slots)
+
+    # -- headers-only facts for sampling -------------------------------------------------------
+    def expert_intermediate(self, layer: int) -> int | None:
+        """Intermediate size of routed expert 0 as stored (rows of its gate weight)."""
+        lf = self.layer_facts(layer)
+        entry = self.catalog.tensors.get(lf.routed_weight(0, "gate"))
+        if entry is None or len(entry.shape) < 2:
+            return None
+        rows = entry.shape[-2]
+        return rows // 2 if lf.naming.routed_layout != "per_expert" else rows
+
+    def routed_scheme(self, layer: int) -> Scheme | None:
+        lf = self.layer_facts(layer)
+        name = lf.routed_weight(0, "gate")
+        return self.scheme(name) if name in self.catalog.tensors else None
+
+    def shared_scheme(self, layer: int) -> Scheme | None:
+        lf = self.layer_facts(layer)
+        slots = self.fused_slots(layer)
+        if slots:
+            name = lf.routed_weight(slots[0], "gate")
+        elif lf.shared_prefix is not None:
+            name = f"{lf.shared_module('gate', 0 if lf.naming.shared_layout == 'indexed' else None)}.weight"
+        else:
+            return None
+        return self.scheme(name) if name in self.catalog.tensors else None
+
+
+def _split_gate_up(proj: Projection) -> tuple[Projection, Projection]:
+    """gate rows ``[0, I)`` and up rows ``[I, 2I)`` of a fused ``gate_up`` projection."""
+    from checkpoint_tool.quant.codecs import get_codec
+
+    rows = proj.out_features
+    if rows % 2:
+        raise InputError(f"{proj.label}: fused gate_up has an odd number of rows ({rows})")
+    codec = get_codec(proj.scheme)
+    half = rows // 2
+    gate = codec.slice(proj.parts, -2, 0, half)
+    up = codec.slice(proj.parts, -2, half, rows)
+    return (
+        Projection(gate, proj.scheme, f"{proj.label}[gate]"),
+        Projection(up, proj.scheme, f"{proj.label}[up]"),
+    )
+
+
+def _ranges(values: Sequence[int]) -> str:
+    return ",".join(str(v) for v in values[:12]) + ("..." if len(values) > 12 else "")

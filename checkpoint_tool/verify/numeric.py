@@ -1,0 +1,272 @@
+"""Numeric check: the converted layer through the runtime equals the source layer's reference.
+
+Per sampled MoE layer (``verify.sampling``):
+
+1. seeded random hidden states ``x [tokens, H]`` (float32; bf16 on a GPU, as vLLM runs);
+2. routing with each checkpoint's own router (gate weight, ``e_score_correction_bias``,
+   config.json routing fields), on the CPU in float32 for both: tokens whose experts differ
+   between source and converted router are counted;
+3. only the experts the tokens chose are read, from both checkpoints (``verify.loader``);
+4. reference: ``runtime.reference.moe_reference`` on the SOURCE (codec-decoded weights,
+   float64 accumulation, shared experts as separate MLPs);
+5. runtime: ``runtime.moe.run_moe`` on the CONVERTED layer (fused shared slots, padded
+   intermediate, TP ``tp`` rank slices summed as the all-reduce would), ``backend`` triton
+   (the Triton interpreter on CPU) or torch;
+6. max abs error, max relative error, relative L2 error against the format's tolerance
+   (``verify.tolerance``).
+
+The converted experts must also split evenly over the TP ranks (``I % (tp x alignment) == 0``)
+as vLLM slices them; a layer that needs padding at run time fails.
+
+Example::
+
+    report = check_numeric(src_view, dst_view, NumericOptions(tokens=16, backend="torch"), tp=2)
+    [(r.layer, r.status, f"{r.rel_error:.1e}") for r in report.layers]
+    # [(1, 'passed', '2.1e-07'), (3, 'passed', '1.9e-07')]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from checkpoint_tool.errors import CkptError, UsageError
+from checkpoint_tool.runtime.routing import route
+from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights
+from checkpoint_tool.verify.loader import CheckpointView, LoadedLayer
+from checkpoint_tool.verify.report import LayerResult, NumericReport
+from checkpoint_tool.verify.sampling import LayerPolicy, sample_layers
+from checkpoint_tool.verify.tolerance import tolerance_for
+
+Device = Literal["auto", "cpu", "cuda"]
+Backend = Literal["triton", "torch"]
+DEFAULT_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class NumericOptions:
+    layers: Sequence[int] | None = None
+    tokens: int = DEFAULT_TOKENS
+    seed: int = 0
+    device: Device = "auto"
+    backend: Backend = "triton"
+
+
+def resolve_device(device: Device) -> str:
+    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``; ``cuda`` without one -> error."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is visible; use --device cpu or auto")
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"--device {device!r}: choose auto, cpu or cuda")
+    return device
+
+
+def prepare_backend(backend: Backend, device: str) -> None:
+    """Make the triton backend run where the tensors are (interpreter for CPU tensors)."""
+    if backend == "torch":
+        return
+    if backend != "triton":
+        raise UsageError(f"--backend {backend!r}: choose triton or torch")
+    if device == "cpu" and "triton" not in sys.modules:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from checkpoint_tool.runtime.kernels import INTERPRETED
+
+    if INTERPRETED != (device == "cpu"):
+        mode = "interpreted (CPU)" if INTERPRETED else "compiled (GPU)"
+        raise UsageError(
+            f"--backend triton: triton already runs {mode} in this process, not on {device}; "
+            f"use --backend torch or --device {'cpu' if INTERPRETED else 'cuda'}"
+        )
+
+
+def check_numeric(
+    src: CheckpointView, dst: CheckpointView, options: NumericOptions, *, tp: int = 1
+) -> NumericReport:
+    """Run every sampled layer (see the module docstring)."""
+    t0 = time.monotonic()
+    if options.tokens < 1:
+        raise UsageError(f"--tokens {options.tokens}: give 1 or more")
+    if tp < 1:
+        raise UsageError(f"--tp {tp}: give 1 or more")
+    device = resolve_device(options.device)
+    prepare_backend(options.backend, device)
+    policies = sample_layers(src, dst, options.layers)
+    results = [_check_layer(src, dst, p, options, device, tp) for p in policies]
+    statuses = {r.status for r in results}
+    status = "failed" if "failed" in statuses else "passed" if "passed" in statuses else "skipped"
+    return NumericReport(
+        status=status,
+        reason=None if status != "skipped" else "no sampled layer could run (see layers)",
+        backend=options.backend,
+        device=device,
+        tp=tp,
+        tokens=options.tokens,
+        seed=options.seed,
+        layers=results,
+        seconds=round(time.monotonic() - t0, 3),
+    )
+
+
+def hidden_states(tokens: int, hidden: int, seed: int, layer: int) -> torch.Tensor:
+    """Seeded float32 ``[tokens, hidden]`` standard normal inputs, distinct per layer."""
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + layer)
+    return torch.randn(tokens, hidden, generator=gen)
+
+
+def _check_layer(
+    src: CheckpointView,
+    dst: CheckpointView,
+    policy: LayerPolicy,
+    options: NumericOptions,
+    device: str,
+    tp: int,
+) -> LayerResult:
+    t0 = time.monotonic()
+    result = LayerResult(
+        layer=policy.layer,
+        status="skipped",
+        policy=policy.label,
+        fused=policy.fused,
+        padded=policy.padded,
+        is_mtp=policy.is_mtp,
+        routed_scheme=policy.routed_scheme,
+        shared_scheme=policy.shared_scheme,
+        tokens=options.tokens,
+    )
+    layer = policy.layer
+    x = hidden_states(options.tokens, src.facts.hidden_size, options.seed, layer)
+    act_dtype = torch.float32 if device == "cpu" else torch.bfloat16
+    x = x.to(act_dtype).float()  # the reference sees exactly the runtime's input values
+    try:  # the source side: a problem here means the layer cannot be checked
+        src_routing, src_router = src.routing(), src.router(layer)
+        ids_s, w_s = route(x, src_router.weight, src_routing, src_router.bias)
+    except CkptError as exc:
+        result.message = f"source: {exc.message}"
+        return _done(result, t0)
+    try:
+        dst_routing, dst_router = dst.routing(), dst.router(layer)
+        ids_d, w_d = route(x, dst_router.weight, dst_routing, dst_router.bias)
+    except CkptError as exc:
+        return _failed(result, f"converted: {exc.message}", t0)
+    result.routing_mismatches = int(
+        (ids_s.sort(dim=1).values != ids_d.sort(dim=1).values).any(dim=1).sum()
+    )
+    used = sorted(set(ids_s.flatten().tolist()) | set(ids_d.flatten().tolist()))
+    result.experts_used = len(used)
+    try:
+        src_layer = src.layer(layer, experts=used, router=src_router)
+        ref = _reference(x, src_layer, src_routing, ids_s, w_s)
+    except CkptError as exc:
+        result.message = f"source: {exc.message}"
+        return _done(result, t0)
+    try:
+        dst_layer = dst.layer(layer, experts=used, router=dst_router)
+        problems = _tp_problems(dst_layer.weights, tp)
+        got = _runtime(x, dst_layer, dst_routing, ids_d, w_d, options.backend, device, tp)
+    except CkptError as exc:
+        return _failed(result, f"converted: {exc.message}", t0)
+    tol = tolerance_for(_schemes(dst_layer.weights), device=device)
+    diff = (got.double() - ref.double()).abs()
+    ref_norm = float(ref.double().norm())
+    ref_max = float(ref.double().abs().max())
+    result.max_abs_error = float(diff.max()) if torch.isfinite(diff).all() else float("inf")
+    result.rel_error = float(diff.norm()) / ref_norm if ref_norm else float(diff.norm())
+    result.max_rel_error = result.max_abs_error / ref_max if ref_max else result.max_abs_error
+    result.rel_tolerance, result.max_rel_tolerance = tol.rel, tol.max_rel
+    result.tolerance_basis = tol.basis
+    result.reference_norm = ref_norm
+    within = result.rel_error <= tol.rel and result.max_rel_error <= tol.max_rel
+    notes = list(problems)
+    if result.routing_mismatches:
+        notes.append(
+            f"{result.routing_mismatches} token(s) route to other experts with the converted router"
+        )
+    if not within:
+        notes.insert(0, f"error above tolerance ({tol.basis})")
+    result.message = "; ".join(notes) or None
+    result.status = "passed" if within and not problems else "failed"
+    return _done(result, t0)
+
+
+def _reference(
+    x: torch.Tensor,
+    loaded: LoadedLayer,
+    routing,  # RoutingConfig
+    ids: torch.Tensor,
+    weights: torch.Tensor,
+) -> torch.Tensor:
+    from checkpoint_tool.runtime.reference import moe_reference
+
+    return moe_reference(x, loaded.weights, routing, topk=(_remap(ids, loaded), weights))
+
+
+def _runtime(
+    x: torch.Tensor,
+    loaded: LoadedLayer,
+    routing,  # RoutingConfig
+    ids: torch.Tensor,
+    weights: torch.Tensor,
+    backend: Backend,
+    device: str,
+    tp: int,
+) -> torch.Tensor:
+    from checkpoint_tool.runtime.moe import run_moe
+
+    layer = loaded.weights if device == "cpu" else loaded.weights.to(device)
+    act = x if device == "cpu" else x.to(device, torch.bfloat16)
+    topk = (_remap(ids, loaded).to(device), weights.to(device))
+    out = run_moe(act, layer, routing, backend=backend, tp=tp, topk=topk)
+    return out.float().cpu()
+
+
+def _remap(ids: torch.Tensor, loaded: LoadedLayer) -> torch.Tensor:
+    """Model expert ids -> indexes into the loaded (restricted) expert list."""
+    lut = torch.full((max(loaded.slot_of) + 1,), -1, dtype=torch.long)
+    for e, i in loaded.slot_of.items():
+        lut[e] = i
+    return lut[ids]
+
+
+def _tp_problems(layer: MoeLayerWeights, tp: int) -> list[str]:
+    """Experts whose intermediate dim vLLM could not split into aligned ``tp`` shares."""
+    from checkpoint_tool.runtime.shard import rank_intermediate
+
+    out = []
+    seen: set[tuple[str, int]] = set()
+    experts: list[tuple[str, ExpertWeights]] = [
+        *(("routed/fused", ex) for ex in layer.experts),
+        *(("shared", ex) for ex in layer.shared),
+    ]
+    for kind, ex in experts:
+        per_rank = rank_intermediate(ex, tp)
+        if per_rank * tp != ex.intermediate and (kind, ex.intermediate) not in seen:
+            seen.add((kind, ex.intermediate))
+            out.append(
+                f"{kind} expert {ex.gate.label}: intermediate {ex.intermediate} does not split "
+                f"into {tp} aligned share(s) (needs {per_rank * tp}); vLLM would cut scale "
+                "groups apart"
+            )
+    return out
+
+
+def _schemes(layer: MoeLayerWeights) -> list:
+    return [p.scheme for ex in (*layer.experts, *layer.shared) for p in ex.projections()]
+
+
+def _failed(result: LayerResult, message: str, t0: float) -> LayerResult:
+    result.status = "failed"
+    result.message = message
+    return _done(result, t0)
+
+
+def _done(result: LayerResult, t0: float) -> LayerResult:
+    result.seconds = round(time.monotonic() - t0, 3)
+    return result

@@ -1,0 +1,151 @@
+"""``verify_checkpoint``: the lossless and numeric checks of a converted checkpoint, one report.
+
+Order: open the source (headers), read DST's manifest; lossless (needs the manifest: source
+identity, plan rebuilt from the recorded recipe/options, bytes compared); numeric (sampled MoE
+layers, TP size from ``--tp`` or the manifest); the report says ``passed`` unless a section
+failed.
+
+Example::
+
+    report = verify_checkpoint(Path("/out/model"), "/models/quark-mxfp4",
+                               VerifyOptions(tokens=16, backend="torch"))
+    report.passed, report.lossless.tensors_checked, [r.layer for r in report.numeric.layers]
+    # (True, 213, [1])
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from checkpoint_tool.catalog.catalog import open_catalog
+from checkpoint_tool.errors import UsageError
+from checkpoint_tool.execute.manifest import Manifest, read_manifest
+from checkpoint_tool.execute.progress import Progress
+from checkpoint_tool.verify.lossless import DEFAULT_BUDGET, DEFAULT_MAX_LISTED, check_lossless
+from checkpoint_tool.verify.numeric import DEFAULT_TOKENS, NumericOptions, check_numeric
+from checkpoint_tool.verify.replan import check_source_identity, rebuild_plan, require_manifest
+from checkpoint_tool.verify.report import LosslessReport, NumericReport, VerifyReport, overall
+
+#: layouts whose converted MoE layers the numeric check can read
+NUMERIC_LAYOUTS = ("hf",)
+
+
+class VerifyOptions(BaseModel):
+    lossless: bool = True
+    numeric: bool = True
+    layers: list[int] | None = None
+    tokens: int = DEFAULT_TOKENS
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    backend: Literal["triton", "torch"] = "triton"
+    #: TP size whose per-rank partial sums the numeric check runs (None: the manifest's)
+    tp: int | None = None
+    memory_budget: int = DEFAULT_BUDGET
+    max_mismatches: int = DEFAULT_MAX_LISTED
+    notes: list[str] = Field(default_factory=list)
+
+
+def verify_checkpoint(
+    dst: str | Path,
+    source: str,
+    options: VerifyOptions | None = None,
+    *,
+    progress: Progress | None = None,
+) -> VerifyReport:
+    """Check converted checkpoint ``dst`` against ``source`` (see the module docstring)."""
+    t0 = time.monotonic()
+    options = options or VerifyOptions()
+    dst = Path(dst)
+    if not dst.is_dir():
+        raise UsageError(f"{dst}: not a folder; give the output folder of `ckpt convert`")
+    if not options.lossless and not options.numeric:
+        raise UsageError("--no-lossless and --no-numeric together leave nothing to check")
+    notes: list[str] = []
+    manifest = read_manifest(dst)
+    layout = _layout(manifest, dst)
+    if options.numeric and layout not in NUMERIC_LAYOUTS:
+        raise UsageError(
+            f"{dst}: the numeric check is not supported yet for layout {layout!r} (it reads "
+            f"{', '.join(NUMERIC_LAYOUTS)} outputs); run with --no-numeric for the lossless check"
+        )
+    src_catalog = open_catalog(source, headers_only=False)
+
+    if options.lossless:
+        manifest = require_manifest(dst)
+        check_source_identity(manifest, src_catalog)
+        plan, same = rebuild_plan(manifest, src_catalog)
+        lossless = check_lossless(
+            plan,
+            src_catalog,
+            dst,
+            budget=options.memory_budget,
+            max_listed=options.max_mismatches,
+            progress=progress,
+        )
+        lossless.plan_matches_manifest = same
+        lossless.plan_sha256 = manifest.plan_sha256
+        if not same:
+            notes.append(
+                "the plan rebuilt from the source differs from the one convert executed "
+                f"(ckpt {manifest.ckpt_version} wrote DST; recipe or planner changed since): "
+                "bytes were compared against the rebuilt plan"
+            )
+    else:
+        lossless = LosslessReport(status="skipped", reason="--no-lossless")
+        if manifest is not None:
+            try:
+                check_source_identity(manifest, src_catalog)
+            except UsageError as exc:
+                notes.append(f"warning: {exc.message}")
+
+    if options.numeric:
+        numeric = _numeric(dst, src_catalog, manifest, options)
+        numeric.layout = layout
+    else:
+        numeric = NumericReport(status="skipped", reason="--no-numeric", layout=layout)
+    return VerifyReport(
+        dst=str(dst),
+        source=str(source),
+        passed=overall(lossless, numeric),
+        lossless=lossless,
+        numeric=numeric,
+        notes=[*options.notes, *notes],
+        seconds=round(time.monotonic() - t0, 3),
+    )
+
+
+def _numeric(
+    dst: Path, src_catalog: Any, manifest: Manifest | None, options: VerifyOptions
+) -> NumericReport:
+    from checkpoint_tool.verify.loader import CheckpointView
+
+    src = CheckpointView(src_catalog, semantics="producer")
+    out = CheckpointView(open_catalog(dst, headers_only=False), semantics="vllm")
+    tp = options.tp or _recorded_tp(manifest, out.ckpt_metadata())
+    numeric_options = NumericOptions(
+        layers=options.layers,
+        tokens=options.tokens,
+        seed=options.seed,
+        device=options.device,
+        backend=options.backend,
+    )
+    return check_numeric(src, out, numeric_options, tp=tp)
+
+
+def _recorded_tp(manifest: Manifest | None, meta: dict[str, Any]) -> int:
+    if manifest is not None:
+        return manifest.options.tp
+    tp = meta.get("tp")
+    return int(tp) if isinstance(tp, int) and tp > 0 else 1
+
+
+def _layout(manifest: Manifest | None, dst: Path) -> str:
+    if manifest is not None:
+        return manifest.options.layout
+    if any(dst.glob("model-rank-*.safetensors")):
+        return "vllm-sharded"
+    return "hf"

@@ -1,0 +1,106 @@
+"""Which MoE layers the numeric check runs: one per distinct conversion policy by default.
+
+A layer's *policy* is what the conversion did to it, read from the two checkpoints' headers
+and config (no tensor data): shared experts fused into routed slots or kept separate, expert
+intermediate dim padded or not, and the routed and shared schemes as the converted config
+resolves them. The default sample is the first layer of each distinct policy, in layer order
+-- so a hybrid checkpoint (some layers fused, some not, a BF16 shared expert here, block FP8
+there) gets every case checked, and a uniform one costs a single layer.
+
+Example (quark-hybrid at --tp 2)::
+
+    [s.label for s in sample_layers(src, dst)]
+    # ['separate shared, padded, mxfp4/32 routed, unquantized shared',      # layer 1
+    #  'separate shared, padded, mxfp4/32 routed, fp8_block[128,128] shared',  # layer 2
+    #  'fused shared, padded, mxfp4/32 routed, mxfp4/32 shared']               # layer 3
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from checkpoint_tool.errors import UsageError
+from checkpoint_tool.verify.loader import CheckpointView
+
+
+@dataclass(frozen=True)
+class LayerPolicy:
+    layer: int
+    fused: bool
+    padded: bool
+    is_mtp: bool
+    routed_scheme: str
+    shared_scheme: str | None
+
+    @property
+    def key(self) -> tuple:
+        return (self.fused, self.padded, self.routed_scheme, self.shared_scheme)
+
+    @property
+    def label(self) -> str:
+        shared = (
+            "no shared experts"
+            if self.shared_scheme is None
+            else ("fused shared" if self.fused else "separate shared")
+        )
+        parts = [shared, "padded" if self.padded else "not padded", f"{self.routed_scheme} routed"]
+        if self.shared_scheme is not None:
+            parts.append(f"{self.shared_scheme} shared")
+        if self.is_mtp:
+            parts.append("MTP")
+        return ", ".join(parts)
+
+
+def layer_policy(src: CheckpointView, dst: CheckpointView, layer: int) -> LayerPolicy:
+    """What the conversion did to ``layer`` (headers and config only)."""
+    lf = dst.layer_facts(layer)
+    routed = dst.routed_scheme(layer)
+    shared = dst.shared_scheme(layer)
+    padded = dst.expert_intermediate(layer) != src.expert_intermediate(layer)
+    if not padded and lf.shared_prefix is not None and not dst.fused_slots(layer):
+        padded = _shared_rows(dst, layer) != _shared_rows(src, layer)
+    return LayerPolicy(
+        layer=layer,
+        fused=bool(dst.fused_slots(layer)),
+        padded=padded,
+        is_mtp=lf.is_mtp,
+        routed_scheme=routed.short() if routed else "missing",
+        shared_scheme=shared.short() if shared else None,
+    )
+
+
+def _shared_rows(view: CheckpointView, layer: int) -> int | None:
+    lf = view.layer_facts(layer)
+    j = 0 if lf.naming.shared_layout == "indexed" else None
+    entry = view.catalog.tensors.get(f"{lf.shared_module('gate', j)}.weight")
+    return entry.shape[0] if entry is not None and entry.shape else None
+
+
+def sample_layers(
+    src: CheckpointView, dst: CheckpointView, layers: Sequence[int] | None = None
+) -> list[LayerPolicy]:
+    """``layers`` when given (each must be a MoE layer of both), else one per policy."""
+    available = [  # a partial conversion (convert --layers) holds only some layers' tensors
+        i
+        for i in dst.facts.moe_layer_indices
+        if src.facts.layer(i) is not None and dst.routed_scheme(i) is not None
+    ]
+    if not available:
+        raise UsageError(
+            f"{dst.where}: no MoE layer in common with the source; nothing to check numerically "
+            "(pass --no-numeric)"
+        )
+    if layers is not None:
+        unknown = sorted(set(layers) - set(available))
+        if unknown:
+            raise UsageError(
+                f"--layers {','.join(map(str, unknown))}: not MoE layers of both checkpoints "
+                f"(available: {','.join(map(str, available))})"
+            )
+        return [layer_policy(src, dst, i) for i in sorted(set(layers))]
+    chosen: dict[tuple, LayerPolicy] = {}
+    for i in available:
+        policy = layer_policy(src, dst, i)
+        chosen.setdefault(policy.key, policy)
+    return sorted(chosen.values(), key=lambda p: p.layer)
