@@ -1,9 +1,9 @@
-"""Progress of a conversion: rich bars on a terminal, plain lines otherwise (CI logs).
+"""Progress of a conversion: a rich bar on a terminal, plain lines otherwise (CI logs).
 
 Workers call ``advance(nbytes)`` as chunks are written and ``file_done(name, nbytes)`` per output
-file; both are thread-safe. ``make_progress(enabled)`` picks the renderer: rich bars (bytes with
-rate and ETA, files) when stderr is a TTY, one line per finished file otherwise, nothing when
-disabled.
+file; both are thread-safe. ``make_progress(enabled)`` picks the renderer: a rich bar (bytes with
+rate and ETA, files done) when stderr is a TTY, one line per finished file otherwise, nothing
+when disabled.
 
 Example (plain)::
 
@@ -16,6 +16,8 @@ import sys
 import threading
 import time
 from typing import Protocol
+
+from rich.console import Console
 
 
 def human_bytes(n: float) -> str:
@@ -91,14 +93,12 @@ class LineProgress:
 
 
 class RichProgress:
-    """Two rich bars: bytes (rate, ETA) and files."""
+    """One rich bar on stderr: bytes (size, rate, ETA) and the count of files done."""
 
-    def __init__(self) -> None:
-        from rich.console import Console
+    def __init__(self, console: Console | None = None) -> None:
         from rich.progress import (
             BarColumn,
             DownloadColumn,
-            MofNCompleteColumn,
             Progress,
             TextColumn,
             TimeRemainingColumn,
@@ -106,30 +106,36 @@ class RichProgress:
         )
 
         self._bars = Progress(
-            TextColumn("{task.description:<6}"),
+            TextColumn("[bold]convert"),
             BarColumn(),
             DownloadColumn(binary_units=False),
-            MofNCompleteColumn(),
             TransferSpeedColumn(),
             TimeRemainingColumn(),
-            console=Console(stderr=True),
-            transient=False,
+            TextColumn("{task.fields[files]}"),
+            console=console or Console(stderr=True),
         )
-        self._bytes = self._bars.add_task("bytes", total=None, visible=False)
-        self._files = self._bars.add_task("files", total=None, visible=False)
+        self._lock = threading.Lock()
+        self._files_done = 0
+        self._files_total = 0
+        self._task = self._bars.add_task("convert", total=None, files="", visible=False)
 
     def start(self, total_bytes: int, total_files: int) -> None:
-        self._bars.update(self._bytes, total=total_bytes, visible=True)
-        self._bars.update(self._files, total=total_files, visible=True)
+        self._files_total = total_files
+        self._bars.update(
+            self._task, total=total_bytes, files=f"0/{total_files} files", visible=True
+        )
         self._bars.start()
 
     def advance(self, nbytes: int) -> None:
-        self._bars.advance(self._bytes, nbytes)
+        self._bars.advance(self._task, nbytes)
 
     def file_done(self, name: str, nbytes: int, *, skipped: bool = False) -> None:
+        with self._lock:
+            self._files_done += 1
+            files = f"{self._files_done}/{self._files_total} files"
         if skipped:
-            self._bars.advance(self._bytes, nbytes)
-        self._bars.advance(self._files, 1)
+            self._bars.advance(self._task, nbytes)
+        self._bars.update(self._task, files=files)
 
     def note(self, message: str) -> None:
         self._bars.console.print(message)

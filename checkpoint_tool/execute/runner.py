@@ -28,7 +28,6 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path, PurePosixPath
 
@@ -263,7 +262,7 @@ class _Run:
     def _stream(self) -> TensorStream:
         stream = getattr(self._local, "stream", None)
         if stream is None:
-            stream = TensorStream(RangeReader(self.sources, self.chunk), self.chunk, self.stop)
+            stream = TensorStream(RangeReader(self.sources, self.chunk), self.stop)
             self._local.stream = stream
         return stream
 
@@ -301,10 +300,14 @@ class _Run:
         ofile: OutputFile = self.plan.files[i]
         stream = self._stream()
         header = [(t.name, t.dtype, tuple(t.shape)) for t in ofile.tensors]
-        with SafetensorsWriter(self.dst / ofile.name, header, metadata=WEIGHT_METADATA) as w:
+        with SafetensorsWriter(
+            self.dst / ofile.name, header, metadata=WEIGHT_METADATA, buffer_size=self.chunk
+        ) as w:
+            sink = _CountingSink(w, self.progress)
             for t in ofile.tensors:
-                node = build_node(t, self.sources.catalog.tensors)
-                w.write_chunks(t.name, self._counted(stream.chunks(node)))
+                w.begin_tensor(t.name)
+                stream.fill(build_node(t, self.sources.catalog.tensors), sink)
+                w.end_tensor()
             files = {
                 self.sources.catalog.tensors[p.source].file for t in ofile.tensors for p in t.pieces
             }
@@ -316,11 +319,6 @@ class _Run:
             write_journal(self.dst, self.journal)
         fault_point("journal")
         self.progress.file_done(ofile.name, sum(_tensor_bytes(t) for t in ofile.tensors))
-
-    def _counted(self, chunks: Iterator[memoryview]) -> Iterator[memoryview]:
-        for view in chunks:
-            yield view
-            self.progress.advance(len(view))
 
     def _map(self, fn, items: list[int], workers: int) -> list:  # type: ignore[no-untyped-def]
         """Run ``fn`` over ``items``; on the first failure stop the others and raise it."""
@@ -357,6 +355,21 @@ class _Run:
                 records.append(_copy_file(catalog.root / name, self.dst, name, self.chunk))
             fault_point("other")
         return records
+
+
+class _CountingSink:
+    """The writer as a stream sink, reporting filled bytes to the progress display."""
+
+    def __init__(self, writer: SafetensorsWriter, progress: Progress) -> None:
+        self.writer, self.progress = writer, progress
+        self.capacity = writer.capacity
+
+    def reserve(self, nbytes: int) -> memoryview:
+        return self.writer.reserve(nbytes)
+
+    def advance(self, nbytes: int) -> None:
+        self.writer.advance(nbytes)
+        self.progress.advance(nbytes)
 
 
 def _record(name: str, data: bytes, sha: str) -> FileRecord:

@@ -182,8 +182,13 @@ class RangeReader:
 
     def read(self, rel: str, offset: int, nbytes: int) -> memoryview:
         """Bytes ``[offset, offset + nbytes)`` of shard ``rel``; ``nbytes <= capacity``."""
-        fd, got = self.sources.fd(rel), 0
         view = self._buf.view(nbytes)
+        self.read_into(rel, offset, view)
+        return view
+
+    def read_into(self, rel: str, offset: int, view: memoryview) -> None:
+        """Fill ``view`` with the bytes of shard ``rel`` starting at ``offset``."""
+        fd, got, nbytes = self.sources.fd(rel), 0, len(view)
         while got < nbytes:
             n = _pread_into(fd, view[got:], offset + got, self.sources.catalog.path_of(rel))
             if n == 0:
@@ -193,4 +198,3 @@ class RangeReader:
                 )
             got += n
         self.bytes_read += nbytes
-        return view

@@ -1,9 +1,9 @@
 """Atomic, streaming safetensors file writer.
 
 Write a file's header first (all shapes are known from the plan), then each tensor's bytes in
-order, hashing as we go. The file lives under ``.NAME.partial`` until ``commit()``: fsync,
-rename to the final name, fsync the folder. A crash never leaves an incomplete file under a
-final name.
+order, hashing as we go (on helper threads, overlapped with the writes). The file lives under
+``.NAME.partial`` until ``commit()``: fsync, rename to the final name, fsync the folder. A crash
+never leaves an incomplete file under a final name.
 
 Example::
 
@@ -20,7 +20,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
@@ -39,20 +39,34 @@ def fsync(fd: int) -> None:
         os.fsync(fd)
 
 
-#: chunks at least this large are hashed on ``_HASHER`` while ``os.write`` copies them
+#: chunks at least this large are hashed on a helper thread while ``os.write`` copies them
 PARALLEL_HASH_MIN = 1 << 20
-_hasher: tuple[int, ThreadPoolExecutor] | None = None
-_hasher_lock = threading.Lock()
+#: default staging buffer size (two per writer; the executor passes its own)
+DEFAULT_BUFFER = 64 << 20
+_pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
+_pools_lock = threading.Lock()
 
 
-def _hash_pool() -> ThreadPoolExecutor:
-    """The hashing threads of this process (made again in a forked child, which has none)."""
-    global _hasher
-    with _hasher_lock:
-        if _hasher is None or _hasher[0] != os.getpid():
-            pool = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="ckpt-sha256")
-            _hasher = (os.getpid(), pool)
-        return _hasher[1]
+def _pool(kind: str) -> ThreadPoolExecutor:
+    """Helper threads of this process, per kind ("hash", "flush"); made again in a forked
+    child, which has none. Separate kinds: a flush waits for a hash, never the reverse."""
+    with _pools_lock:
+        entry = _pools.get(kind)
+        if entry is None or entry[0] != os.getpid():
+            entry = (os.getpid(), ThreadPoolExecutor(32, thread_name_prefix=f"ckpt-{kind}"))
+            _pools[kind] = entry
+        return entry[1]
+
+
+def _start_writeback(fd: int, offset: int, length: int) -> None:
+    """Ask the kernel to start writing a just-written range to disk now (and drop it from the
+    page cache once clean), so the fsync at commit waits for the tail only, not the whole file:
+    the disk works while we copy. Measured in benchmarks/bench_convert.py (``io`` section)."""
+    if DURABLE and hasattr(os, "posix_fadvise"):
+        try:
+            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+        except OSError:  # advisory only
+            pass
 
 
 def partial_name(final: Path) -> Path:
@@ -60,13 +74,22 @@ def partial_name(final: Path) -> Path:
 
 
 class SafetensorsWriter:
-    """Write one safetensors file atomically; tensors must be written in header order."""
+    """Write one safetensors file atomically; tensors must be written in header order.
+
+    Bytes go through two staging buffers of ``buffer_size`` (smaller when the file is smaller):
+    while one is written and hashed by helper threads, the caller fills the other. Callers
+    either hand over bytes (``write``, ``write_chunks``: copied into the staging buffer) or fill
+    the staging buffer in place (``begin_tensor``, then ``reserve(n)`` -> writable view,
+    ``advance(n)``, then ``end_tensor``): the executor ``pread``s source ranges straight into it.
+    """
 
     def __init__(
         self,
         path: Path,
         tensors: list[tuple[str, str, tuple[int, ...]]],
         metadata: dict[str, str] | None = None,
+        *,
+        buffer_size: int = DEFAULT_BUFFER,
     ) -> None:
         self.path = Path(path)
         self.tmp = partial_name(self.path)
@@ -74,38 +97,68 @@ class SafetensorsWriter:
         self._expected = [
             (name, end - begin) for (name, _, _), (begin, end) in zip(tensors, offsets, strict=True)
         ]
+        total = len(prefix) + (offsets[-1][1] if offsets else 0)
+        self.capacity = max(1, min(buffer_size, total))
+        self._bufs: list[bytearray] = [bytearray(self.capacity)]
+        self._cur = 0
+        self._used = 0
+        self._pending: Future[None] | None = None
         self._next = 0
+        self._in_tensor: str | None = None
+        self._tensor_bytes = 0
         self._hash = hashlib.sha256()
-        self.size = 0
+        self.size = 0  # bytes handed to the kernel (final size after commit)
         self.sha256 = ""
         self._fd: int | None = None
         try:
             self._fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
             raise _os_error(self.tmp, exc, "cannot create") from exc
-        self._write_raw(prefix)
+        self._copy_in(prefix)
 
-    def _write_raw(self, data: bytes | memoryview) -> None:
-        """Write all of ``data`` and hash it; big chunks are hashed on a helper thread while the
-        kernel copies them (both release the GIL), so the caller may reuse ``data`` on return."""
+    # -- filling the staging buffer ---------------------------------------------------------
+    def reserve(self, nbytes: int) -> memoryview:
+        """A writable view of the next ``nbytes`` of the file (``nbytes <= capacity``)."""
+        if nbytes > self.capacity:
+            raise ValueError(f"reserve({nbytes}) exceeds the staging buffer ({self.capacity})")
+        if self._used + nbytes > self.capacity:
+            self._flush()
+        return memoryview(self._bufs[self._cur])[self._used : self._used + nbytes]
+
+    def advance(self, nbytes: int) -> None:
+        """Mark ``nbytes`` of the reserved view as filled."""
+        self._used += nbytes
+        if self._in_tensor is not None:
+            self._tensor_bytes += nbytes
+            exp_name, exp_len = self._expected[self._next]
+            if self._tensor_bytes > exp_len:
+                self._internal_error(self._in_tensor, f">{exp_len}", exp_name, exp_len)
+
+    def _copy_in(self, data: bytes | memoryview) -> None:
         view = memoryview(data).cast("B")
-        pending = (
-            _hash_pool().submit(self._hash.update, view) if len(view) >= PARALLEL_HASH_MIN else None
-        )
-        try:
-            done = 0
-            while done < len(view):
-                done += os.write(self._fd, view[done:])  # type: ignore[arg-type]
-        except OSError as exc:
-            if pending is not None:
-                pending.result()
-            self.abort()
-            raise _os_error(self.path, exc, "write failed") from exc
-        if pending is not None:
-            pending.result()
-        else:
-            self._hash.update(view)
-        self.size += len(view)
+        pos = 0
+        while pos < len(view):
+            n = min(self.capacity, len(view) - pos)
+            self.reserve(n)[:] = view[pos : pos + n]
+            self.advance(n)
+            pos += n
+
+    # -- tensors ----------------------------------------------------------------------------
+    def begin_tensor(self, name: str) -> None:
+        if self._next >= len(self._expected):
+            self._internal_error(name, "?", "<nothing>", 0)
+        exp_name, exp_len = self._expected[self._next]
+        if name != exp_name:
+            self._internal_error(name, "?", exp_name, exp_len)
+        self._in_tensor, self._tensor_bytes = name, 0
+
+    def end_tensor(self) -> None:
+        exp_name, exp_len = self._expected[self._next]
+        if self._tensor_bytes != exp_len:
+            self._internal_error(exp_name, str(self._tensor_bytes), exp_name, exp_len)
+        self._in_tensor = None
+        self._next += 1
+        fault_point("tensor")
 
     def write(self, name: str, data: bytes | memoryview) -> None:
         """Append the bytes of the next tensor; ``name`` and length must match the header."""
@@ -113,20 +166,10 @@ class SafetensorsWriter:
 
     def write_chunks(self, name: str, chunks: Iterable[bytes | memoryview]) -> None:
         """Append the next tensor from a stream of chunks (each may be reused afterwards)."""
-        exp_name, exp_len = self._expected[self._next]
-        if name != exp_name:
-            self._internal_error(name, "?", exp_name, exp_len)
-        got = 0
+        self.begin_tensor(name)
         for data in chunks:
-            got += len(data)
-            if got > exp_len:
-                self._internal_error(name, f">{exp_len}", exp_name, exp_len)
-            self._write_raw(data)
-            fault_point("chunk")
-        if got != exp_len:
-            self._internal_error(name, str(got), exp_name, exp_len)
-        self._next += 1
-        fault_point("tensor")
+            self._copy_in(data)
+        self.end_tensor()
 
     def _internal_error(self, name: str, got: str, exp_name: str, exp_len: int) -> None:
         self.abort()
@@ -135,12 +178,57 @@ class SafetensorsWriter:
             f"{exp_name!r} ({exp_len} bytes) was planned"
         )
 
+    # -- flushing ---------------------------------------------------------------------------
+    def _flush(self) -> None:
+        """Hand the filled buffer to the helper threads and switch to the other buffer."""
+        if not self._used:
+            return
+        self._wait()
+        data = memoryview(self._bufs[self._cur])[: self._used]
+        self._pending = _pool("flush").submit(self._write_and_hash, data, self.size)
+        self.size += self._used
+        self._used = 0
+        self._cur ^= 1
+        if len(self._bufs) == 1:
+            self._bufs.append(bytearray(self.capacity))
+
+    def _write_and_hash(self, data: memoryview, offset: int) -> None:
+        hashing = (
+            _pool("hash").submit(self._hash.update, data)
+            if len(data) >= PARALLEL_HASH_MIN
+            else None
+        )
+        try:
+            done = 0
+            while done < len(data):
+                done += os.write(self._fd, data[done:])  # type: ignore[arg-type]
+        finally:
+            if hashing is not None:
+                hashing.result()
+        if hashing is None:
+            self._hash.update(data)
+        _start_writeback(self._fd, offset, len(data))  # type: ignore[arg-type]
+        fault_point("chunk")
+
+    def _wait(self) -> None:
+        """Wait for the flush in flight; a write error becomes a one-line ``OutputError``."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        try:
+            pending.result()
+        except OSError as exc:
+            self.abort()
+            raise _os_error(self.path, exc, "write failed") from exc
+
     def commit(self) -> None:
-        """fsync and rename to the final name; the hash and size are then final."""
+        """Write what is staged, fsync, rename to the final name; hash and size are then final."""
         if self._next != len(self._expected):
             missing = self._expected[self._next][0]
             self.abort()
             raise OutputError(f"{self.path}: internal error: tensor {missing!r} was never written")
+        self._flush()
+        self._wait()
         try:
             fsync(self._fd)  # type: ignore[arg-type]
             os.close(self._fd)  # type: ignore[arg-type]
@@ -151,16 +239,24 @@ class SafetensorsWriter:
             self.abort()
             raise _os_error(self.path, exc, "cannot finalize") from exc
         self.sha256 = self._hash.hexdigest()
+        self._bufs = []
         fault_point("commit")
 
     def abort(self) -> None:
-        """Close and remove the temporary file (idempotent)."""
+        """Stop, close and remove the temporary file (idempotent, never raises a write error)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            try:
+                pending.result()
+            except OSError:
+                pass
         try:
             if self._fd is not None:
                 fd, self._fd = self._fd, None
                 os.close(fd)
         finally:
             self.tmp.unlink(missing_ok=True)
+            self._bufs = []
 
     def __enter__(self) -> SafetensorsWriter:
         return self

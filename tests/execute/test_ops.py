@@ -12,7 +12,7 @@ from checkpoint_tool.catalog import open_local
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.execute.ops import build_node, storage_layout
 from checkpoint_tool.execute.source import RangeReader, SourceFiles
-from checkpoint_tool.execute.stream import TensorStream
+from checkpoint_tool.execute.stream import BufferSink, TensorStream
 from checkpoint_tool.plan.model import OutputTensor, Pad, Piece, Region
 
 from .helpers import expected_bytes, random_bytes
@@ -23,8 +23,9 @@ DTYPES = {1: ("U8", torch.uint8), 2: ("BF16", torch.bfloat16), 4: ("F32", torch.
 def stream_bytes(cat, out: OutputTensor, chunk: int, capacity: int) -> bytes:
     node = build_node(out, cat.tensors)
     with SourceFiles.open(cat, cat.files) as src:
-        stream = TensorStream(RangeReader(src, capacity), chunk)
-        return b"".join(bytes(v) for v in stream.chunks(node))
+        sink = BufferSink(chunk)
+        TensorStream(RangeReader(src, capacity)).fill(node, sink)
+        return bytes(sink.data)
 
 
 @st.composite

@@ -1,0 +1,337 @@
+"""Benchmark ``ckpt convert``: throughput vs ``cp -r``, peak RSS vs size, a full-size R1 slice.
+
+Sections (all by default; pick with ``--only``):
+
+- ``throughput``: ``ckpt convert SRC DST --tp 1 --workers K`` against ``cp -r SRC DST`` of the
+  same source on the same disk, run alternately for ``--rounds`` rounds after one warm-up of
+  each (so both read a warm page cache), ``sync`` before every timed run (so neither pays for
+  the other's write-back). ``ckpt`` fsyncs every file before renaming it, so ``cp -r; sync`` is
+  reported too (the durable baseline). Ratios use the best round of each.
+- ``io``: the raw copy loops the executor could use, on the largest source shard: pread+write,
+  pread+sha256+write, the same + ``posix_fadvise(DONTNEED)`` after each chunk to start
+  write-back early (what ckpt does), ``copy_file_range`` + pread-for-sha256 (zero-copy write).
+- ``memory``: peak RSS of whole ``ckpt convert`` processes (``/usr/bin/time -v``) for each
+  ``--mem-src`` (e.g. a 2 GB and an 8 GB checkpoint), against ``ckpt --version`` (interpreter +
+  imports). Target: equal within 10 % and < 1 GiB.
+- ``scale``: plan + convert only ``--layers 3,4`` of the sparse full-size DeepSeek-R1 layout
+  (163 shards, ~92k tensors, data as file holes): time per phase, bytes read, peak RSS.
+
+Usage::
+
+    # builds random-byte checkpoints of 2 and 8 GB (synth layout, ~2 min), then every section
+    .venv/bin/python benchmarks/bench_convert.py --workdir /tmp/ckbench --make 2 8
+    # or on existing checkpoints (e.g. from make_bench_data.py)
+    .venv/bin/python benchmarks/bench_convert.py --src /tmp/ckbench/dense-quark-hybrid \\
+        --only throughput,io --workers 1,2
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+PY = sys.executable
+CKPT = [PY, "-m", "checkpoint_tool"]
+
+
+def sync() -> None:
+    subprocess.run(["sync"], check=True)
+
+
+def tree_size(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+#: CPU seconds (user + sys) of the last ``timed`` command and its children
+LAST_CPU = [0.0]
+
+
+def children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(cmd: list[str] | str, *, shell: bool = False) -> tuple[float, str]:
+    """Wall seconds and stdout of ``cmd``; its CPU seconds go to ``LAST_CPU[0]``."""
+    sync()
+    cpu, t = children_cpu(), time.perf_counter()
+    proc = subprocess.run(cmd, shell=shell, check=True, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    LAST_CPU[0] = children_cpu() - cpu
+    return wall, proc.stdout
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (1 min) / {five:.1f} (5 min) on {os.cpu_count()} cores"
+
+
+# -- data ---------------------------------------------------------------------------------------
+def make_random(dst: Path, size_gb: float, preset: str = "quark-hybrid") -> Path:
+    """A big checkpoint with the synth layout of ``make_bench_data.py`` (same dims, names,
+    config) but random bytes instead of valid codes: the executor only moves bytes, and this
+    writes at disk speed instead of tens of MB/s on a busy machine."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from make_bench_data import DENSE_DIMS, SHARD_SIZE, layers_for
+
+    from checkpoint_tool.synth import data as synth_data
+    from checkpoint_tool.synth import synth_checkpoint
+    from checkpoint_tool.synth.shards import spec_nbytes
+
+    if (dst / "model.safetensors.index.json").exists():
+        print(f"reusing {dst} ({tree_size(dst) / 1e9:.2f} GB)")
+        return dst
+    rng = np.random.default_rng(0)
+    synth_data.DataGenerator.tensor_bytes = lambda self, spec: rng.bytes(spec_nbytes(spec))  # type: ignore[method-assign]
+    layers, total = layers_for(preset, int(size_gb * 1e9))
+    t = time.perf_counter()
+    synth_checkpoint(preset, dst, num_layers=layers, shard_size=SHARD_SIZE, overwrite=True,
+                     data="codes", **DENSE_DIMS)  # fmt: skip
+    print(f"built {dst}: {preset}, {layers} layers, {total / 1e9:.2f} GB of random tensor bytes "
+          f"in {time.perf_counter() - t:.1f} s")  # fmt: skip
+    return dst
+
+
+# -- throughput ---------------------------------------------------------------------------------
+def throughput(src: Path, work: Path, rounds: int, workers: list[int]) -> None:
+    size = tree_size(src)
+    out = work / "out"
+
+    def cp() -> float:
+        shutil.rmtree(out, ignore_errors=True)
+        return timed(["cp", "-r", str(src), str(out)])[0]
+
+    def cp_sync() -> float:
+        shutil.rmtree(out, ignore_errors=True)
+        return timed(f"cp -r '{src}' '{out}' && sync", shell=True)[0]
+
+    def convert(k: int) -> tuple[float, float]:
+        shutil.rmtree(out, ignore_errors=True)
+        wall, stdout = timed([*CKPT, "convert", str(src), str(out), "--tp", "1", "--workers",
+                              str(k), "--no-progress", "--format", "json"])  # fmt: skip
+        return wall, json.loads(stdout)["seconds"]
+
+    startup = min(timed([*CKPT, "--version"])[0] for _ in range(2))
+    startup_cpu = LAST_CPU[0]
+    cp(), convert(1)  # warm-up: source in the page cache for both
+    runs: dict[str, list[float]] = {"cp -r": [], "cp -r; sync": []}
+    cpu: dict[str, list[float]] = {"cp -r": [], "cp -r; sync": []}
+    for k in workers:
+        runs[f"ckpt K={k} (process)"] = []
+        runs[f"ckpt K={k} (execute)"] = []
+        cpu[f"ckpt K={k} (process)"] = []
+    for _ in range(rounds):
+        runs["cp -r"].append(cp())
+        cpu["cp -r"].append(LAST_CPU[0])
+        for k in workers:
+            wall, execute = convert(k)
+            runs[f"ckpt K={k} (process)"].append(wall)
+            runs[f"ckpt K={k} (execute)"].append(execute)
+            cpu[f"ckpt K={k} (process)"].append(LAST_CPU[0])
+        runs["cp -r; sync"].append(cp_sync())
+        cpu["cp -r; sync"].append(LAST_CPU[0])
+    shutil.rmtree(out, ignore_errors=True)
+    print(f"\n== throughput: {src} ({size / 1e9:.2f} GB), {rounds} rounds, {load()}")
+    print(f"python + imports (`ckpt --version`): {startup:.2f} s wall, {startup_cpu:.2f} s CPU, "
+          "paid once per process")  # fmt: skip
+    best = {name: min(v) for name, v in runs.items()}
+    for name, values in runs.items():
+        cpu_text = f"  CPU {min(cpu[name]):6.2f} s" if name in cpu else ""
+        print(f"  {name:<22} best {best[name]:6.2f} s  median {statistics.median(values):6.2f} s"
+              f"  {size / best[name] / 1e9:5.2f} GB/s{cpu_text}   rounds "
+              f"{[round(v, 2) for v in values]}")  # fmt: skip
+    for k in workers:
+        p, e = best[f"ckpt K={k} (process)"], best[f"ckpt K={k} (execute)"]
+        print(f"  ratio K={k}: process/cp {p / best['cp -r']:.2f}, execute/cp "
+              f"{e / best['cp -r']:.2f}; process/(cp; sync) {p / best['cp -r; sync']:.2f}, "
+              f"execute/(cp; sync) {e / best['cp -r; sync']:.2f}")  # fmt: skip
+    c1 = min(cpu["ckpt K=1 (process)"]) if "ckpt K=1 (process)" in cpu else float("nan")
+    print(f"  CPU seconds (user+sys, best round): ckpt K=1 {c1:.2f} (of which imports "
+          f"{startup_cpu:.2f}) vs cp -r {min(cpu['cp -r']):.2f}; on a busy machine wall time "
+          "follows CPU time")  # fmt: skip
+    k_best = min(workers, key=lambda k: best[f"ckpt K={k} (process)"])
+    print(f"  best K: {k_best}  (target: process/cp <= 1.25 with K=1)")
+
+
+# -- raw I/O loops ------------------------------------------------------------------------------
+def io_loops(src: Path, work: Path, rounds: int, chunk: int = 64 << 20) -> None:
+    shard = max(src.glob("*.safetensors"), key=lambda p: p.stat().st_size)
+    size = shard.stat().st_size
+    dst = work / "io.bin"
+
+    def loop(kind: str) -> float:
+        dst.unlink(missing_ok=True)
+        sync()
+        t = time.perf_counter()
+        fi = os.open(shard, os.O_RDONLY)
+        fo = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        buf = memoryview(bytearray(chunk))
+        h, pos = hashlib.sha256(), 0
+        while pos < size:
+            n = min(chunk, size - pos)
+            if kind == "copy_file_range+sha256":
+                done = 0
+                while done < n:
+                    done += os.copy_file_range(fi, fo, n - done, pos + done, pos + done)
+                os.preadv(fi, [buf[:n]], pos)
+                h.update(buf[:n])
+            else:
+                os.preadv(fi, [buf[:n]], pos)
+                if "sha256" in kind:
+                    h.update(buf[:n])
+                os.write(fo, buf[:n])
+                if "fadvise" in kind:  # start write-back now (what the executor does)
+                    os.posix_fadvise(fo, pos, n, os.POSIX_FADV_DONTNEED)
+            pos += n
+        os.fsync(fo)
+        os.close(fi), os.close(fo)
+        return time.perf_counter() - t
+
+    kinds = ["pread+write", "pread+sha256+write", "pread+sha256+write+fadvise",
+             "copy_file_range+sha256"]  # fmt: skip
+    loop(kinds[0])
+    res = {k: min(loop(k) for _ in range(rounds)) for k in kinds}
+    dst.unlink(missing_ok=True)
+    print(
+        f"\n== raw I/O loops on {shard.name} ({size / 1e9:.2f} GB, 64 MiB chunks, fsync), {load()}"
+    )
+    for k, v in res.items():
+        print(f"  {k:<24} {v:6.2f} s  {size / v / 1e9:5.2f} GB/s")
+
+
+# -- memory -------------------------------------------------------------------------------------
+def max_rss(cmd: list[str]) -> tuple[int, float]:
+    """Peak RSS (bytes) and wall time of ``cmd`` under ``/usr/bin/time -v``."""
+    sync()
+    t = time.perf_counter()
+    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, check=True)
+    wall = time.perf_counter() - t
+    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
+    assert m, proc.stderr[-500:]
+    return int(m.group(1)) * 1024, wall
+
+
+def memory(sources: list[Path], work: Path, budget: str | None) -> None:
+    base, _ = max_rss([*CKPT, "--version"])
+    print(f"\n== peak RSS (/usr/bin/time -v), {load()}")
+    print(f"  ckpt --version (interpreter + imports): {base / 2**20:7.1f} MiB")
+    peaks = []
+    for src in sources:
+        out = work / "mem-out"
+        shutil.rmtree(out, ignore_errors=True)
+        extra = ["--memory-budget", budget] if budget else []
+        rss, wall = max_rss([*CKPT, "convert", str(src), str(out), "--tp", "1", "--no-progress",
+                             *extra])  # fmt: skip
+        size = tree_size(src)
+        shutil.rmtree(out, ignore_errors=True)
+        peaks.append(rss)
+        print(f"  convert {src.name} ({size / 1e9:5.2f} GB): peak RSS {rss / 2**20:7.1f} MiB "
+              f"({(rss - base) / 2**20:+.1f} MiB over the interpreter), {wall:.1f} s")  # fmt: skip
+    if len(peaks) > 1:
+        spread = max(peaks) / min(peaks) - 1
+        ok = spread <= 0.10 and max(peaks) < 2**30
+        print(f"  spread {spread * 100:.1f} % (target <= 10 %), max {max(peaks) / 2**20:.1f} MiB "
+              f"(target < 1024 MiB): {'met' if ok else 'NOT met'}")  # fmt: skip
+
+
+# -- scale --------------------------------------------------------------------------------------
+def rchar() -> int:
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    return 0
+
+
+def scale(work: Path) -> None:
+    import resource
+
+    from checkpoint_tool.catalog import open_catalog
+    from checkpoint_tool.execute import execute_plan
+    from checkpoint_tool.plan.build import plan_for_catalog
+    from checkpoint_tool.plan.model import PlanOptions
+    from checkpoint_tool.synth import synth_checkpoint
+
+    r1 = work / "deepseek-r1-sparse"
+    if not (r1 / "model.safetensors.index.json").exists():
+        t = time.perf_counter()
+        synth_checkpoint("deepseek-v3-fp8", r1, sparse=True, overwrite=True)
+        print(f"built the sparse R1 layout in {time.perf_counter() - t:.1f} s")
+    logical = sum(p.stat().st_size for p in r1.glob("*.safetensors"))
+    out = work / "r1-layers-3-4"
+    shutil.rmtree(out, ignore_errors=True)
+    read0, t0 = rchar(), time.perf_counter()
+    cat = open_catalog(r1)
+    t1 = time.perf_counter()
+    plan = plan_for_catalog(cat, PlanOptions(tp=8, layers=[3, 4]))
+    t2 = time.perf_counter()
+    report = execute_plan(plan, cat, out, progress=False)
+    t3 = time.perf_counter()
+    read = rchar() - read0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    print(f"\n== scale: --layers 3,4 --tp 8 of the full-size DeepSeek-R1 layout, {load()}")
+    print(f"  source: {len(cat.files)} shards, {len(cat.tensors)} tensors, {logical / 1e9:.0f} GB")
+    print(f"  catalog {t1 - t0:.2f} s, plan {t2 - t1:.2f} s ({plan.tensor_count()} tensors in "
+          f"{len(plan.files)} file(s)), execute {t3 - t2:.2f} s; total {t3 - t0:.2f} s")  # fmt: skip
+    print(f"  written {report.total_size / 1e9:.2f} GB of tensors; read {read / 1e9:.2f} GB "
+          f"({read / logical * 100:.2f} % of the source); peak RSS {peak / 2**20:.0f} MiB")  # fmt: skip
+    shutil.rmtree(out, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--src", type=Path, help="checkpoint for throughput/io (>= 2 GB)")
+    ap.add_argument("--mem-src", type=Path, nargs="*", default=[], help="checkpoints for memory")
+    ap.add_argument("--memory-budget", default=None, help="pass --memory-budget to convert")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/ckpt-bench-convert"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", default="1,2,4")
+    ap.add_argument("--only", default="throughput,io,memory,scale")
+    ap.add_argument(
+        "--make",
+        type=float,
+        nargs="*",
+        metavar="GB",
+        help="build random-byte checkpoints of these sizes into WORKDIR/random-<GB>gb "
+        "and use them (first: --src; all: --mem-src)",
+    )
+    args = ap.parse_args()
+    if args.make:
+        made = [make_random(args.workdir / f"random-{gb:g}gb", gb) for gb in args.make]
+        args.src = args.src or made[0]
+        args.mem_src = args.mem_src or made
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    only = set(args.only.split(","))
+    workers = [int(k) for k in args.workers.split(",")]
+    free = shutil.disk_usage(args.workdir).free
+    need = 2 * max([tree_size(p) for p in [args.src, *args.mem_src] if p] or [0])
+    if free < need:
+        print(f"not enough free disk in {args.workdir}: {free / 1e9:.1f} GB < {need / 1e9:.1f} GB")
+        return 1
+    if "throughput" in only and args.src:
+        throughput(args.src, args.workdir, args.rounds, workers)
+    if "io" in only and args.src:
+        io_loops(args.src, args.workdir, args.rounds)
+    if "memory" in only and args.mem_src:
+        memory(args.mem_src, args.workdir, args.memory_budget)
+    if "scale" in only:
+        scale(args.workdir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
