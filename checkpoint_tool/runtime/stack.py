@@ -108,15 +108,15 @@ def stack_projections(projs: Sequence[Projection], *, w8a8: bool = False) -> Sta
             )
     n, k = first.out_features, first.in_features
     fmt = first.format
-    weight = torch.stack([p.weight for p in projs])
+    weight = stack_tensors([p.weight for p in projs])
     if fmt is WeightFormat.UNQUANTIZED:
         return StackedWeights(KernelFormat.BF16, weight, None, None, n, k)
     if fmt in (WeightFormat.FP8_BLOCK, WeightFormat.FP8_PER_CHANNEL, WeightFormat.FP8_PER_TENSOR):
         block = _fp8_scale_block(first)
-        scale = torch.stack([_fp8_scale(p, n, k, block) for p in projs])
+        scale = stack_tensors([_fp8_scale(p, n, k, block) for p in projs])
         kfmt = KernelFormat.FP8_W8A8 if w8a8 else KernelFormat.FP8
         return StackedWeights(kfmt, _as_fp8(weight, first), scale, None, n, k, block)
-    scale = torch.stack([_required(p, "scale") for p in projs])
+    scale = stack_tensors([_required(p, "scale") for p in projs])
     if fmt is WeightFormat.MXFP4:
         _check_group_scale(first, scale, n, k, 32)
         return StackedWeights(KernelFormat.MXFP4, _as_u8(weight), _as_u8(scale), None, n, k)
@@ -124,6 +124,30 @@ def stack_projections(projs: Sequence[Projection], *, w8a8: bool = False) -> Sta
     glob = torch.stack([_required(p, "global_scale").float().reshape(()) for p in projs])
     scale = scale if scale.dtype == torch.float8_e4m3fn else scale.view(torch.float8_e4m3fn)
     return StackedWeights(KernelFormat.NVFP4, _as_u8(weight), scale, glob, n, k)
+
+
+def stack_tensors(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``torch.stack``, without a copy when the tensors are ``base[0], base[1], ...`` in order.
+
+    Fused 3-D checkpoint tensors (``experts.gate_up_proj [E, 2I, H]``) and benchmark data
+    arrive as such views; stacking them again would double the memory of a layer.
+    """
+    first = tensors[0]
+    base = first._base
+    if (
+        base is not None
+        and base.dim() == first.dim() + 1
+        and base.shape[0] == len(tensors)
+        and all(
+            t._base is base
+            and t.shape == base.shape[1:]
+            and t.stride() == base.stride()[1:]
+            and t.data_ptr() == base.data_ptr() + e * base.stride(0) * base.element_size()
+            for e, t in enumerate(tensors)
+        )
+    ):
+        return base if base.dtype == first.dtype else base.view(first.dtype)
+    return torch.stack(list(tensors))
 
 
 def _required(p: Projection, role: str) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 ``out[r, n] = sum_k A[r // ROW_DIV, k] * W[e(r), n, k]`` for every row ``r`` of the aligned
 routing (``align.py``): each program takes one block of ``BLOCK_M`` rows of one expert and
-``BLOCK_N`` output columns (and one split of K when ``SPLIT_K > 1``). ``FMT`` picks how W is
+``BLOCK_N`` output columns (and one split of K when split-K is on). ``FMT`` picks how W is
 decoded inside the K loop:
 
 - ``BF16``: weights as stored (bf16/f16/f32, cast to the dot dtype);
@@ -17,11 +17,11 @@ decoded inside the K loop:
 
 ``GATED`` computes gate and up tiles of the same rows and writes ``silu(gate) * up``;
 ``APPLY_TOPK`` multiplies by the router weight of each row (the down projection's epilogue).
-With ``SPLIT_K > 1`` raw partial sums go to a float32 buffer ``[SPLIT_K, R, N (x2)]`` that the
-launcher reduces in a fixed order (deterministic; no atomics).
+With ``PARTIAL`` (split-K over ``split_k`` programs) raw partial sums go to a float32 buffer
+``[split_k, R, N (x2)]`` that the launcher reduces in a fixed order (deterministic; no atomics).
 
 Under the Triton interpreter (CPU; ``TRITON_INTERPRET=1`` when triton is imported, see
-``kernels/__init__.py``) the launcher sets ``DOT_F32``: bf16 dots and bf16 arithmetic are wrong
+``kernels/__init__.py``) the launcher sets ``DOT_DTYPE`` to float32: bf16 dots and bf16 arithmetic are wrong
 there, so everything is upcast to float32 (on GPU bf16 stays).
 """
 
@@ -101,12 +101,14 @@ def _moe_gemm_py(
     SBN: tl.constexpr,
     SBK: tl.constexpr,
     AGROUP: tl.constexpr,
-    SPLIT_K: tl.constexpr,
+    split_k,
+    PARTIAL: tl.constexpr,
     EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    DOT_F32: tl.constexpr,
+    GROUP: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
 ):
     pid_m = tl.program_id(0).to(tl.int64)
     pid_n = tl.program_id(1).to(tl.int64)
@@ -124,13 +126,8 @@ def _moe_gemm_py(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N).to(tl.int64)
     n_ok = offs_n < N
 
-    if DOT_F32:
-        DOT_DTYPE: tl.constexpr = tl.float32
-    else:
-        DOT_DTYPE: tl.constexpr = tl.bfloat16
-
     k_tiles = (K + BLOCK_K - 1) // BLOCK_K
-    tiles_per_split = (k_tiles + SPLIT_K - 1) // SPLIT_K
+    tiles_per_split = (k_tiles + split_k - 1) // split_k
     kt_start = pid_k * tiles_per_split
     kt_end = tl.minimum(kt_start + tiles_per_split, k_tiles)
     k_first = kt_start * BLOCK_K
@@ -144,10 +141,6 @@ def _moe_gemm_py(
     acc_g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if FMT == FMT_MXFP4 or FMT == FMT_NVFP4:
-        if FMT == FMT_MXFP4:
-            GROUP: tl.constexpr = 32
-        else:
-            GROUP: tl.constexpr = 16
         GB: tl.constexpr = GROUP // 2
         NG: tl.constexpr = BLOCK_K // GROUP
         KP: tl.constexpr = BLOCK_K // 2
@@ -236,7 +229,7 @@ def _moe_gemm_py(
                         mask=row_ok,
                         other=0.0,
                     )
-                    if DOT_F32:
+                    if DOT_DTYPE == tl.float32:
                         a = a.to(tl.float32)
                         w = w.to(tl.float32)
                         if GATED:
@@ -262,7 +255,7 @@ def _moe_gemm_py(
         acc_g = acc_g * tw[:, None]
     out_off = rows[:, None] * stride_om + offs_n[None, :] * stride_on
     out_mask = row_ok[:, None] & n_ok[None, :]
-    if SPLIT_K > 1:
+    if PARTIAL:
         out_base = out_ptr + pid_k * stride_os
         tl.store(out_base + out_off, acc_g, mask=out_mask)
         if GATED:

@@ -19,6 +19,7 @@ import math
 from dataclasses import replace
 
 import torch
+import triton.language as tl
 
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.runtime.activation import ACT_GROUP
@@ -168,12 +169,14 @@ def _launch(
         SBN=w.scale_block[0],
         SBK=w.scale_block[1],
         AGROUP=ACT_GROUP,
-        SPLIT_K=cfg.split_k,
+        split_k=cfg.split_k,
+        PARTIAL=cfg.split_k > 1,
         EVEN_K=w.k % cfg.block_k == 0,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k,
-        DOT_F32=interpret,
+        GROUP=w.group_size or 1,
+        DOT_DTYPE=tl.float32 if interpret else tl.bfloat16,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
