@@ -191,7 +191,7 @@ class TensorLayout:
 
     A tensor without pieces is a constant (``OutputTensor.fill``); a ``stack`` on axis 0 writes
     its pieces back to back (its header shape may regroup them, e.g. ``2E x [I, H]`` as
-    ``[E, 2I, H]``).
+    ``[E, 2I, H]``); a ``single`` piece may differ from the header by size-1 dims.
     """
 
     def __init__(self, tensor: OutputTensor, lookup: HeaderLookup) -> None:
@@ -222,7 +222,9 @@ class TensorLayout:
         return math.prod(self.shape) * self.itemsize
 
     def _back_to_back(self) -> bool:
-        return self.tensor.combine == "stack" and self.tensor.axis == 0
+        """Pieces written whole one after the other (one piece, or a stack on axis 0)."""
+        t = self.tensor
+        return t.combine == "single" or (t.combine == "stack" and t.axis == 0)
 
     def _combined_shape(self) -> tuple[int, ...]:
         shapes = [g.shape for g in self.pieces]
@@ -237,7 +239,10 @@ class TensorLayout:
 
     def _check_shape(self) -> None:
         got = self._combined_shape()
-        if self._back_to_back():
+        if self.tensor.combine == "single":  # size-1 dims may differ: [1, I, H] -> [I, H]
+            same = [n for n in got if n != 1] == [n for n in self.shape if n != 1]
+            same = same and math.prod(got) == math.prod(self.shape)
+        elif self._back_to_back():
             same = math.prod(got) == math.prod(self.shape)
         else:
             same = got == self.shape

@@ -88,6 +88,13 @@ def verify_checkpoint(
         )
         lossless.plan_matches_manifest = same
         lossless.plan_sha256 = manifest.plan_sha256
+        checked = lossless.tensors_checked
+        if checked and lossless.mismatch_count > checked // 2:
+            notes.append(
+                f"{lossless.mismatch_count} of {checked} tensors differ: is --source the "
+                "checkpoint DST was converted from? (the manifest identifies source shards by "
+                "size and header; a source with the same layout and other values passes that)"
+            )
         if not same:
             notes.append(
                 "the plan rebuilt from the source differs from the one convert executed "
