@@ -47,6 +47,8 @@ class PlanContext:
     geometry: Geometry
     notes: list[str] = field(default_factory=list)
     _codecs: dict[tuple, Any] = field(default_factory=dict, repr=False)
+    #: placements already computed, by shape signature (see ``outputs._expert_placement``)
+    placements: dict[tuple, Any] = field(default_factory=dict, repr=False)
     _weights: dict[str, str] | None = field(default=None, repr=False)
 
     @classmethod

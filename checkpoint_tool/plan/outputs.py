@@ -26,11 +26,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from checkpoint_tool.catalog.safetensors_format import tensor_nbytes
 from checkpoint_tool.errors import InputError, UsageError
 from checkpoint_tool.plan.context import PlanContext, layer_of
 from checkpoint_tool.plan.experts import ExpertPart
 from checkpoint_tool.plan.fse import chunks
-from checkpoint_tool.plan.model import DroppedTensor, OutputTensor
+from checkpoint_tool.plan.model import DroppedTensor, OutputTensor, Piece
 from checkpoint_tool.plan.pieces import Placement, place, whole
 from checkpoint_tool.quant.resolve import split_tensor_name
 from checkpoint_tool.recipes import Renamed
@@ -54,6 +55,8 @@ class Planned:
     module_renames: dict[str, set[str]] = field(default_factory=dict)
     #: source modules redirected into routed slots (FSE)
     redirected_modules: set[str] = field(default_factory=set)
+    #: output name -> tensor data bytes
+    nbytes: dict[str, int] = field(default_factory=dict)
 
 
 def plan_outputs(ctx: PlanContext) -> Planned:
@@ -108,7 +111,7 @@ def _place(ctx: PlanContext, name: str) -> list[tuple[Renamed, Placement, Expert
     part = ctx.experts.get(name)
     is_scale = rt.role == "scale"
     if part is None:
-        renamed = ctx.rules.rename(name, scheme=rt.scheme, is_scale=is_scale)
+        renamed = ctx.rules.rename(name, scheme=rt.scheme, is_scale=is_scale, drop_checked=True)
         return [(renamed, _copy(entry), None)]
     geo = ctx.geometry
     layer = part.layer
@@ -126,10 +129,22 @@ def _place(ctx: PlanContext, name: str) -> list[tuple[Renamed, Placement, Expert
             op += f" chunk {chunk.j}/{chunk.n}" if chunk.n > 1 else ""
             placement.ops.insert(0, f"{op} -> routed slot {chunk.slot}")
             renamed = ctx.rules.rename(
-                name, redirect_to=chunk.target, scheme=rt.scheme, is_scale=is_scale
+                name,
+                redirect_to=chunk.target,
+                scheme=rt.scheme,
+                is_scale=is_scale,
+                drop_checked=True,
             )
             results.append((renamed, placement, part))
         return results
+    if not geo.pads:  # nothing to cut or pad: the common case of a TP-aligned checkpoint
+        return [
+            (
+                ctx.rules.rename(name, scheme=rt.scheme, is_scale=is_scale, drop_checked=True),
+                _copy(entry),
+                part,
+            )
+        ]
     if part.kind == "routed":
         width = layer.moe_intermediate_size
         target = geo.routed_target()
@@ -140,7 +155,7 @@ def _place(ctx: PlanContext, name: str) -> list[tuple[Renamed, Placement, Expert
         target = geo.shared_target(layer.n_shared, width)
     ranges = [(k * width, (k + 1) * width) for k in range(part.segments)]
     placement = _expert_placement(ctx, name, part, ranges, target, width)
-    renamed = ctx.rules.rename(name, scheme=rt.scheme, is_scale=is_scale)
+    renamed = ctx.rules.rename(name, scheme=rt.scheme, is_scale=is_scale, drop_checked=True)
     return [(renamed, placement, part)]
 
 
@@ -178,6 +193,28 @@ def _expert_placement(
     w_entry = ctx.catalog.tensors[weight]
     w_scheme = ctx.resolved.tensors[weight].scheme
     codec = ctx.codec(w_scheme)
+    # experts of a layer share shapes: place one, reuse its regions/pads for the others
+    key = (
+        rt.role,
+        entry.dtype,
+        entry.shape,
+        w_entry.shape,
+        id(codec),
+        part.dim,
+        part.proj == "down",
+        tuple(ranges),
+        target,
+    )
+    template = ctx.placements.get(key)
+    if template is not None:
+        return Placement(
+            pieces=[Piece(source=name, slices=p.slices, pads=p.pads) for p in template.pieces],
+            combine=template.combine,
+            axis=template.axis,
+            shape=list(template.shape),
+            padded=template.padded,
+            ops=list(template.ops),
+        )
     logical = tuple(codec.logical_shape(_storage(w_entry)))
     size = logical[part.dim % len(logical)]
     expected = source_width * part.segments
@@ -204,6 +241,7 @@ def _expert_placement(
         placement.ops.append(f"slice intermediate {ranges}")
     else:
         placement.ops.append("copy")
+    ctx.placements[key] = placement
     return placement
 
 
@@ -224,18 +262,18 @@ def _record(
     entry = ctx.catalog.tensors[source]
     name = renamed.name
     assert name is not None
-    ops = list(placement.ops)
-    if renamed.redirected:
-        kind = "redirected"
-    elif renamed.renamed:
-        kind = "renamed"
-    else:
+    ops = placement.ops[:]
+    if name == source:
         kind = "kept"
-    rule_steps = [s for s in renamed.steps if s != "fse"]
-    if renamed.kept:
-        ops.append(f"keep ({rule_steps[-1]})")
-    elif rule_steps and (renamed.redirected or renamed.renamed):
-        ops.append(f"rename ({', '.join(rule_steps)})")
+        if renamed.kept:
+            ops.append(f"keep ({renamed.steps[-1]})")
+    else:
+        kind = "redirected" if renamed.redirected else "renamed"
+        rule_steps = [s for s in renamed.steps if s != "fse"]
+        if renamed.kept:
+            ops.append(f"keep ({rule_steps[-1]})")
+        elif rule_steps:
+            ops.append(f"rename ({', '.join(rule_steps)})")
     tensor = OutputTensor(
         name=name,
         dtype=entry.dtype,
@@ -247,18 +285,22 @@ def _record(
         layer=part.layer.layer if part is not None else None,
     )
     out.tensors.append(tensor)
+    out.nbytes[name] = (
+        entry.nbytes if placement.copy else tensor_nbytes(entry.dtype, tuple(placement.shape))
+    )
     out.provenance.setdefault(source, []).append(name)
     out.kinds[name] = kind
     if placement.padded:
         out.padded.add(name)
     if part is not None:
         out.experts.add(name)
-    src_module = ctx.resolved.tensors[source].module
-    out_module = split_tensor_name(name)[0] if src_module != source else name
-    if out_module != src_module:
-        out.module_renames.setdefault(src_module, set()).add(out_module)
-    if renamed.redirected:
-        out.redirected_modules.add(src_module)
+    if name != source:
+        src_module = ctx.resolved.tensors[source].module
+        out_module = split_tensor_name(name)[0] if src_module != source else name
+        if out_module != src_module:
+            out.module_renames.setdefault(src_module, set()).add(out_module)
+        if renamed.redirected:
+            out.redirected_modules.add(src_module)
 
 
 def _check_fixed_points(ctx: PlanContext, sources: dict[str, tuple[str, Renamed]]) -> None:

@@ -38,11 +38,17 @@ class Placement:
     shape: list[int] = field(default_factory=list)
     padded: bool = False
     ops: list[str] = field(default_factory=list)
+    #: the source tensor as it is (same bytes)
+    copy: bool = False
 
 
 def whole(entry: TensorEntry) -> Placement:
     """The source tensor as it is."""
-    return Placement([Piece(source=entry.name)], shape=list(entry.shape))
+    return Placement([_piece(entry.name, [], [])], shape=list(entry.shape), copy=True)
+
+
+def _piece(source: str, slices: list[Region], pads: list[Pad]) -> Piece:
+    return Piece(source=source, slices=slices, pads=pads)
 
 
 def _fill(entry: TensorEntry, role: str) -> str:
@@ -134,7 +140,7 @@ def place(
             pads.append(pad)
             shape[pad.dim] += pad.amount
             padded = True
-        pieces.append(Piece(source=entry.name, slices=slices, pads=pads))
+        pieces.append(_piece(entry.name, slices, pads))
         shapes.append(shape)
     axis = cuts[0][0].dim  # type: ignore[union-attr]
     out = list(shapes[0])

@@ -84,15 +84,27 @@ def _groups(tensors: Iterable[OutputTensor]) -> list[list[OutputTensor]]:
     return [sorted(by_key[k], key=lambda t: natural_key(t.name)) for k in sorted(by_key)]
 
 
+def file_layers(f: OutputFile) -> list[int]:
+    """Decoder layers a file of ``shard`` holds (its layer groups are contiguous)."""
+    first = next((k for k in (group_key(t.name) for t in f.tensors) if k[0] == 1), None)
+    last = next((k for k in (group_key(t.name) for t in reversed(f.tensors)) if k[0] == 1), None)
+    if first is None or last is None:
+        return []
+    return list(range(first[1], last[1] + 1))
+
+
 def file_name(index: int, count: int) -> str:
     return f"model-{index:05d}-of-{count:05d}.safetensors"
 
 
-def shard(tensors: list[OutputTensor], max_bytes: int) -> list[OutputFile]:
+def shard(
+    tensors: list[OutputTensor], max_bytes: int, nbytes: dict[str, int] | None = None
+) -> list[OutputFile]:
     """Balanced files of ``tensors``, each at most ``max_bytes`` of tensor data (a tensor
-    larger than that gets a file of its own)."""
+    larger than that gets a file of its own). ``nbytes``: sizes by name, when known."""
     groups = _groups(tensors)
-    sizes = [[output_nbytes(t) for t in g] for g in groups]
+    size_of = (lambda t: nbytes[t.name]) if nbytes is not None else output_nbytes
+    sizes = [[size_of(t) for t in g] for g in groups]
     total = sum(sum(s) for s in sizes)
     target = total / max(1, math.ceil(total / max_bytes)) if total else 0
     files: list[list[OutputTensor]] = [[]]

@@ -97,6 +97,9 @@ def piece_source_bytes(catalog: Catalog, tensor: OutputTensor) -> int:
     total = 0
     for piece in tensor.pieces:
         entry = catalog.tensors[piece.source]
+        if not piece.slices:
+            total += entry.nbytes
+            continue
         shape = list(storage_shape(entry.dtype, entry.shape))
         for region in piece.slices:
             shape[region.dim] = region.stop - region.start
@@ -116,6 +119,7 @@ def compute_summary(
     kinds: dict[str, str],
     padded: set[str],
     experts: set[str],
+    nbytes: dict[str, int] | None = None,
     dropped_rules: list[str],
     tp: int,
 ) -> PlanSummary:
@@ -129,7 +133,7 @@ def compute_summary(
     peak, peak_name = 0, None
     expert_bytes = other_bytes = 0
     for t in tensors:
-        n = output_nbytes(t)
+        n = nbytes[t.name] if nbytes is not None else output_nbytes(t)
         need = n + piece_source_bytes(catalog, t)
         if need > peak:
             peak, peak_name = need, t.name

@@ -146,6 +146,10 @@ class RuleSet:
     _keep: list[tuple[str, re.Pattern[str], str]] = field(default_factory=list, init=False)
     _accept: list[tuple[str, re.Pattern[str]]] = field(default_factory=list, init=False)
     _renames: list[_Rename] = field(default_factory=list, init=False)
+    _any_drop: re.Pattern[str] | None = field(default=None, init=False)
+    _aliases: list[tuple[str, frozenset[str], str, re.Pattern[str] | None]] = field(
+        default_factory=list, init=False
+    )
 
     def __post_init__(self) -> None:
         r = self.recipe.rules
@@ -153,6 +157,17 @@ class RuleSet:
             (rule.name or f"drop[{i}]", re.compile(rule.match), rule.reason)
             for i, rule in enumerate(r.drop)
         ]
+        self._aliases = [
+            (
+                rule.name or f"alias[{i}]",
+                frozenset(rule.names),
+                rule.choose,
+                re.compile(rule.skip) if rule.skip else None,
+            )
+            for i, rule in enumerate(r.alias)
+        ]
+        if self._drop:
+            self._any_drop = re.compile("|".join(f"(?:{p.pattern})" for _, p, _ in self._drop))
         self._keep = [
             (rule.name or f"keep[{i}]", re.compile(rule.match), rule.reason)
             for i, rule in enumerate(r.keep)
@@ -202,6 +217,8 @@ class RuleSet:
 
     def drop_reason(self, source: str) -> tuple[str, str] | None:
         """(rule id, reason) of the first drop rule matching ``source``."""
+        if self._any_drop is None or not self._any_drop.search(source):
+            return None
         for rule_id, pattern, reason in self._drop:
             if pattern.search(source):
                 return rule_id, reason
@@ -214,13 +231,15 @@ class RuleSet:
         redirect_to: str | None = None,
         scheme: Scheme | None = None,
         is_scale: bool = False,
+        drop_checked: bool = False,
     ) -> Renamed:
         """Run every stage on ``source``.
 
         ``redirect_to``: the FSE routed-slot name (source naming) when the planner redirects
-        this tensor; ``scheme`` / ``is_scale``: what the alias stage needs for a scale tensor.
+        this tensor; ``scheme`` / ``is_scale``: what the alias stage needs for a scale tensor;
+        ``drop_checked``: the caller already ran ``drop_reason`` (it found nothing).
         """
-        dropped = self.drop_reason(source)
+        dropped = None if drop_checked else self.drop_reason(source)
         if dropped is not None:
             return Renamed(source, None, None, (dropped[0],), reason=dropped[1])
         steps: list[str] = []
@@ -273,13 +292,13 @@ class RuleSet:
     def _alias(self, name: str, scheme: Scheme | None) -> tuple[str, str] | None:
         """(rule id, renamed) when an alias rule changes the last component of ``name``."""
         head, dot, last = name.rpartition(".")
-        for i, rule in enumerate(self.recipe.rules.alias):
-            if last not in rule.names or (rule.skip and re.search(rule.skip, name)):
+        for rule_id, names, choose, skip in self._aliases:
+            if last not in names or (skip is not None and skip.search(name)):
                 continue
-            wanted = scale_spelling(scheme) if rule.choose == "by_scheme" else rule.choose
-            if wanted is None or wanted not in rule.names or wanted == last:
+            wanted = scale_spelling(scheme) if choose == "by_scheme" else choose
+            if wanted is None or wanted not in names or wanted == last:
                 return None
-            return rule.name or f"alias[{i}]", f"{head}{dot}{wanted}"
+            return rule_id, f"{head}{dot}{wanted}"
         return None
 
     def loader_view(self, name: str) -> str:

@@ -48,15 +48,13 @@ def test_plan_human_summary(monkeypatch, capsys, synth_ckpt):
         (["--layers", "x"], "--layers"),
         (["--max-shard-size", "lots"], "cannot read size"),
         (["--fse", "maybe"], "--fse must be"),
-        (["--layout", "vllm-sharded"], "not available"),
+        (["--layout", "sideways"], "--layout must be"),
         (["--recipe", "nope"], "unknown recipe"),
     ],
 )
 def test_plan_usage_errors_are_one_line_exit_2(monkeypatch, capsys, synth_ckpt, args, message):
     src = synth_ckpt("quark-mxfp4")
     code, _, err = _run(monkeypatch, capsys, "plan", str(src), *args)
-    if "vllm-sharded" in args and code == 0:
-        pytest.skip("the vllm-sharded layout exists now")
     assert code == 2
     assert message in err and err.count("\n") == 1
 

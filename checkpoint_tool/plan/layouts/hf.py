@@ -24,4 +24,4 @@ if TYPE_CHECKING:
 
 def build_files(ctx: PlanContext, planned: Planned) -> list[OutputFile]:
     """Balanced shards of every planned tensor."""
-    return shard(planned.tensors, ctx.options.max_shard_size)
+    return shard(planned.tensors, ctx.options.max_shard_size, planned.nbytes)
