@@ -299,6 +299,7 @@ def _extra_experts(ctx: ValidationContext, facts, names: set[str]) -> list[Issue
     layers = {layer.prefix: layer for layer in facts.moe_layers}
     out = []
     reported: set[tuple[str, int]] = set()
+    limits: dict[str, int] = {}
     for name in sorted(names):
         m = _EXPERT_RE.match(name)
         if not m:
@@ -318,7 +319,9 @@ def _extra_experts(ctx: ValidationContext, facts, names: set[str]) -> list[Issue
                 )
             continue
         n_routed, n_shared = int(layer.n_routed), int(layer.n_shared or 0)
-        limit = n_routed + (n_shared if _fused_slots(layer, names) else 0)
+        if prefix not in limits:
+            limits[prefix] = n_routed + (n_shared if _fused_slots(layer, names) else 0)
+        limit = limits[prefix]
         if e >= limit and (prefix, e) not in reported:
             reported.add((prefix, e))
             out.append(

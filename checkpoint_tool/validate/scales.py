@@ -21,16 +21,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
-import torch
 
 from checkpoint_tool.catalog.catalog import TensorEntry
-from checkpoint_tool.catalog.reader import TORCH_STORAGE_DTYPE, read_range, storage_shape
+from checkpoint_tool.catalog.reader import read_range, storage_shape
 from checkpoint_tool.report import Issue
 from checkpoint_tool.validate.context import Unavailable, ValidationContext
 
 E8M0_DTYPES = ("U8", "F8_E8M0")
-FLOAT_DTYPES = ("F32", "BF16", "F16", "F8_E4M3", "F64")
+#: float storage dtypes decoded by value (numpy / ml_dtypes, little-endian)
+NUMPY_FLOAT: dict[str, np.dtype] = {
+    "F64": np.dtype("<f8"),
+    "F32": np.dtype("<f4"),
+    "F16": np.dtype("<f2"),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "F8_E4M3": np.dtype(ml_dtypes.float8_e4m3fn),
+}
+FLOAT_DTYPES = tuple(NUMPY_FLOAT)
 FP8_DTYPES = ("F8_E4M3", "F8_E5M2")
 SCALE_ROLES = ("scale", "global_scale", "input_scale")
 #: suffixes that name a scale when the quant config cannot be resolved
@@ -58,10 +66,13 @@ class ValueStats:
     first_negative: int | None = None
     first_zero: int | None = None
 
-    def note(self, field: str, mask: torch.Tensor) -> None:
-        """Record the first flat index where ``mask`` holds, offset by elements seen so far."""
-        if getattr(self, field) is None and bool(mask.any()):
-            setattr(self, field, self.total + int(torch.nonzero(mask.flatten())[0, 0]))
+    def note(self, field: str, mask: np.ndarray) -> int:
+        """Count ``mask``; record the first flat index where it holds (offset by the elements
+        seen so far) in ``field`` if none is recorded yet."""
+        hits = np.flatnonzero(mask)
+        if hits.size and getattr(self, field) is None:
+            setattr(self, field, self.total + int(hits[0]))
+        return int(hits.size)
 
 
 def iter_chunks(path, entry: TensorEntry, elem_bytes: int, chunk_bytes: int) -> Iterator[bytes]:
@@ -74,33 +85,35 @@ def iter_chunks(path, entry: TensorEntry, elem_bytes: int, chunk_bytes: int) -> 
         pos = stop
 
 
-def scan_values(ctx: ValidationContext, entry: TensorEntry, *, e8m0: bool) -> ValueStats:
-    """Stream one tensor and count NaN/inf/negative/zero elements."""
+def scan_values(
+    ctx: ValidationContext, entry: TensorEntry, *, e8m0: bool, positive: bool = True
+) -> ValueStats:
+    """Stream one tensor and count NaN/inf/negative/zero elements (E8M0: bytes equal to 255).
+
+    Chunks with nothing to report (all finite, and all positive when ``positive``: the
+    common case) cost one pass; ``positive=False`` (weights) counts only NaN/inf.
+    """
     path = ctx.catalog.path_of(entry)
     stats = ValueStats()
     if e8m0:
         for raw in iter_chunks(path, entry, 1, ctx.options.chunk_bytes):
             a = np.frombuffer(raw, dtype=np.uint8)
-            bad = np.flatnonzero(a == 255)
-            if bad.size and stats.first_bad is None:
-                stats.first_bad = stats.total + int(bad[0])
-            stats.nan += int(bad.size)
+            stats.nan += stats.note("first_bad", a == 255)
             stats.total += a.size
         return stats
-    torch_dtype = TORCH_STORAGE_DTYPE[entry.dtype]
-    elem = torch.empty((), dtype=torch_dtype).element_size()
-    for raw in iter_chunks(path, entry, elem, ctx.options.chunk_bytes):
-        t = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(torch_dtype).float()
-        nan, inf = torch.isnan(t), torch.isinf(t)
-        neg, zero = (t < 0) & ~inf, t == 0
-        stats.note("first_bad", nan | inf)
-        stats.note("first_negative", neg)
-        stats.note("first_zero", zero)
-        stats.nan += int(nan.sum())
-        stats.inf += int(inf.sum())
-        stats.negative += int(neg.sum())
-        stats.zero += int(zero.sum())
-        stats.total += t.numel()
+    dtype = NUMPY_FLOAT[entry.dtype]
+    for raw in iter_chunks(path, entry, dtype.itemsize, ctx.options.chunk_bytes):
+        x = np.frombuffer(raw, dtype=dtype).astype(np.float32)
+        clean = ((x > 0) & (x < np.inf)).all() if positive else np.isfinite(x).all()
+        if not clean:
+            finite = np.isfinite(x)
+            stats.note("first_bad", ~finite)
+            stats.nan += int(np.isnan(x).sum())
+            stats.inf += int(np.isinf(x).sum())
+            if positive:
+                stats.negative += stats.note("first_negative", (x < 0) & finite)
+                stats.zero += stats.note("first_zero", x == 0)
+        stats.total += x.size
     return stats
 
 
@@ -111,12 +124,9 @@ def scan_fp8_nan_codes(ctx: ValidationContext, entry: TensorEntry) -> ValueStats
     for raw in iter_chunks(path, entry, 1, ctx.options.chunk_bytes):
         a = np.frombuffer(raw, dtype=np.uint8)
         if entry.dtype == "F8_E4M3":
-            bad = np.flatnonzero((a & 0x7F) == 0x7F)
+            stats.nan += stats.note("first_bad", (a & 0x7F) == 0x7F)
         else:  # E5M2: exponent 0b11111 is inf (mantissa 0) or NaN
-            bad = np.flatnonzero((a & 0x7C) == 0x7C)
-        if bad.size and stats.first_bad is None:
-            stats.first_bad = stats.total + int(bad[0])
-        stats.nan += int(bad.size)
+            stats.nan += stats.note("first_bad", (a & 0x7C) == 0x7C)
         stats.total += a.size
     return stats
 
@@ -231,8 +241,8 @@ def check_weight_values(ctx: ValidationContext) -> list[Issue]:
                         f"at {where(entry, s.first_bad)}; re-quantize the weight",
                     )
                 )
-        elif entry.dtype in ("F32", "BF16", "F16", "F64"):
-            s = scan_values(ctx, entry, e8m0=False)
+        elif entry.dtype in ("F32", "BF16", "F16", "F64"):  # weights: only NaN/inf matter
+            s = scan_values(ctx, entry, e8m0=False, positive=False)
             if s.nan or s.inf:
                 out.append(
                     _issue(

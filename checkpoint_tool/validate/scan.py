@@ -3,8 +3,8 @@
 ``checkpoint_tool.catalog.safetensors_format.read_header`` is strict (it raises on the first
 fault). A validator must go on: report *which* fault, keep the tensors it can still describe
 (so completeness does not cry "missing" for a tensor that is merely unreadable), and mark the
-tensors whose bytes cannot be trusted. ``scan_file`` parses leniently, classifies each fault
-under a structure rule, and finally asks ``read_header`` for its verdict as a backstop.
+tensors whose bytes cannot be trusted. ``scan_file`` asks ``read_header`` first; when it
+refuses the file, a lenient parse classifies each fault under a structure rule.
 
 Rules produced here: ``shard_truncated`` (the file ends before its header or data does),
 ``header_valid`` (header not JSON / malformed entries / overlapping ranges),
@@ -24,6 +24,7 @@ import json
 import os
 import struct
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from checkpoint_tool.catalog.safetensors_format import (
@@ -57,9 +58,10 @@ class FileScan:
     #: False when the header could not be parsed at all (its tensor names are unknown)
     parsed: bool = False
 
-    @property
-    def names(self) -> set[str]:
-        return set(self.entries) | self.broken
+    @cached_property
+    def names(self) -> frozenset[str]:
+        """Every tensor name of the header (read after the scan is complete)."""
+        return frozenset(self.entries) | frozenset(self.broken)
 
     @property
     def tensor_bytes(self) -> int:
@@ -72,9 +74,38 @@ class FileScan:
 
 
 def scan_file(root: Path, rel: str) -> FileScan:
-    """Parse ``root/rel`` leniently; see the module docstring for the rules it reports."""
-    scan = FileScan(rel)
+    """Scan ``root/rel``: the strict parser first; on any fault, a lenient parse that says which.
+
+    A header the strict parser accepts is still checked for names that appear twice (JSON
+    parsers keep the last one silently): cheaply, by counting entries in the raw text.
+    """
     path = root / rel
+    try:
+        header = read_header(path)
+    except InputError as exc:
+        return _diagnose(path, rel, exc)
+    scan = FileScan(
+        rel,
+        size=header.file_size,
+        header_len=header.header_len,
+        entries=dict(header.tensors),
+        metadata=dict(header.metadata),
+        parsed=True,
+    )
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(8)
+            raw = fh.read(header.header_len)
+    except OSError:
+        return scan
+    if raw.count(b'"data_offsets"') > len(header.tensors):
+        return _diagnose(path, rel, None)
+    return scan
+
+
+def _diagnose(path: Path, rel: str, strict_error: InputError | None) -> FileScan:
+    """Parse leniently, classify each fault under a rule, keep what is still usable."""
+    scan = FileScan(rel)
     raw = _read_raw_header(path, scan)
     if raw is None:
         return scan
@@ -98,12 +129,10 @@ def scan_file(root: Path, rel: str) -> FileScan:
             scan.unreadable.add(name)
     _check_overlaps(scan)
     _check_in_range(scan, data_start, data_len)
-    if not scan.problems:
-        try:  # the strict parser is the authority; anything it refuses is a finding
-            read_header(path)
-        except InputError as exc:
-            scan.problem("header_valid", _strip_path(exc.message, path))
-            scan.unreadable |= set(scan.entries)
+    if not scan.problems and strict_error is not None:
+        # the strict parser refused something the lenient one does not classify
+        scan.problem("header_valid", _strip_path(strict_error.message, path))
+        scan.unreadable |= set(scan.entries)
     return scan
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 from pathlib import Path
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 
 from checkpoint_tool.validate import ValidateOptions, validate_checkpoint
+from checkpoint_tool.validate.context import load_context
+from checkpoint_tool.validate.scales import scan_fp8_nan_codes, scan_values
 
 from .factory import build_checkpoint, poke_tensor, shard_holding
 
@@ -66,32 +69,59 @@ def test_weights_not_scanned_by_default(ckpt: Path) -> None:
     assert report.exit_code == 0
 
 
-@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
-def test_fp8_nan_codes_streamed_in_chunks(ckpt: Path, chunk: int) -> None:
-    """Poke NaN codes at known places; the count must match a numpy scan of the file."""
+def poke_fp8_nans(ckpt: Path) -> int:
+    """Poke NaN codes at known places; return the count a numpy/ml_dtypes scan of the file sees."""
     for off, code in ((5, b"\x7f"), (64 * 3 + 1, b"\xff"), (64 * 191 + 63, b"\x7f")):
         poke_tensor(ckpt, ATTN_W, off, code)
     path = shard_holding(ckpt, ATTN_W)
     raw = path.read_bytes()
     (n,) = struct.unpack("<Q", raw[:8])
-    import json
-
     begin, end = json.loads(raw[8 : 8 + n])[ATTN_W]["data_offsets"]
     data = np.frombuffer(raw[8 + n + begin : 8 + n + end], dtype=np.uint8)
-    decoded = data.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
-    expected = int(np.isnan(decoded).sum())
+    return int(np.isnan(data.view(ml_dtypes.float8_e4m3fn).astype(np.float32)).sum())
+
+
+def test_fp8_nan_codes_reported(ckpt: Path) -> None:
+    expected = poke_fp8_nans(ckpt)
     assert expected == 3
-    report = validate_checkpoint(ckpt, ValidateOptions(scan_weights=True, chunk_bytes=chunk))
+    report = validate_checkpoint(ckpt, ValidateOptions(scan_weights=True))
     (f,) = only(report, "weight_values")
     assert f.tensor == ATTN_W and f.message.startswith(f"{expected} of {192 * 64} F8_E4M3")
     assert "first at [0, 5]" in f.message
 
 
-@pytest.mark.parametrize("chunk", [3, 4096])
-def test_bf16_weight_nan_inf_streamed(ckpt: Path, chunk: int) -> None:
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+def test_fp8_nan_scan_is_chunk_independent(ckpt: Path, chunk: int) -> None:
+    """Streaming in chunks of any size (aligned or not) counts the same as one read."""
+    expected = poke_fp8_nans(ckpt)
+    ctx = load_context(ckpt, ValidateOptions(chunk_bytes=chunk))
+    stats = scan_fp8_nan_codes(ctx, ctx.catalog.tensors[ATTN_W])
+    assert (stats.nan, stats.total, stats.first_bad) == (expected, 192 * 64, 5)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 4096])
+def test_bf16_value_scan_is_chunk_independent(ckpt: Path, chunk: int) -> None:
     poke_tensor(ckpt, NORM, 2 * 17, bf16(float("inf")))
     poke_tensor(ckpt, NORM, 2 * 200, bf16(float("nan")))
-    report = validate_checkpoint(ckpt, ValidateOptions(scan_weights=True, chunk_bytes=chunk))
+    poke_tensor(ckpt, NORM, 2 * 30, bf16(0.0))
+    ctx = load_context(ckpt, ValidateOptions(chunk_bytes=chunk))
+    entry = ctx.catalog.tensors[NORM]
+    stats = scan_values(ctx, entry, e8m0=False)
+    raw = shard_holding(ckpt, NORM).read_bytes()[entry.begin : entry.end]
+    ref = np.frombuffer(raw, dtype=ml_dtypes.bfloat16).astype(np.float64)
+    assert stats.nan == np.isnan(ref).sum() == 1
+    assert stats.inf == np.isinf(ref).sum() == 1
+    assert stats.zero == (ref == 0).sum()
+    assert stats.negative == ((ref < 0) & ~np.isinf(ref)).sum()
+    assert stats.first_bad == 17 and stats.first_zero == int(np.flatnonzero(ref == 0)[0])
+    weights = scan_values(ctx, entry, e8m0=False, positive=False)
+    assert (weights.nan, weights.inf, weights.first_bad) == (1, 1, 17)
+
+
+def test_bf16_weight_nan_inf_reported(ckpt: Path) -> None:
+    poke_tensor(ckpt, NORM, 2 * 17, bf16(float("inf")))
+    poke_tensor(ckpt, NORM, 2 * 200, bf16(float("nan")))
+    report = validate_checkpoint(ckpt, ValidateOptions(scan_weights=True))
     (f,) = only(report, "weight_values")
     assert f.tensor == NORM and "1 NaN and 1 inf of 256 BF16" in f.message
     assert "first at [17]" in f.message
