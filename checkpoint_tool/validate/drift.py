@@ -110,7 +110,6 @@ def check_policy_drift(ctx: ValidationContext) -> list[Issue]:
     except ImportError as exc:
         raise Unavailable(f"the policy builder is not available ({exc})") from None
     expected = load_expected_policy(ctx.options.expect_policy)
-    ctx.require_config()
     actual = build_policy(
         ctx.catalog,
         tp=expected.tp,
@@ -118,5 +117,6 @@ def check_policy_drift(ctx: ValidationContext) -> list[Issue]:
         eplb=expected.eplb,
         all2all=expected.all2all,
         fse=expected.fse_mode,
+        resolved=ctx.resolved(),
     )
     return compare_policies(expected, actual)
