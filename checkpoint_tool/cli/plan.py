@@ -69,17 +69,16 @@ def render_plan(plan: BaseModel, console: Console) -> None:
         console.print(f"{plan.tensor_count()} tensors in {len(plan.files)} file(s)")
         return
     t = Table(title="tensors", title_justify="left", show_header=True)
-    for col in ("source", "output", "kept", "renamed", "redirected (FSE)", "padded", "dropped"):
+    cols = ["source", "output", "kept", "renamed", "redirected (FSE)"]
+    vals = [s.source_tensors, s.output_tensors, s.kept, s.renamed, s.redirected]
+    if s.unfused:
+        cols.append("unfused (3-D)")
+        vals.append(s.unfused)
+    cols += ["padded", "dropped"]
+    vals += [s.padded, s.dropped]
+    for col in cols:
         t.add_column(col, justify="right")
-    t.add_row(
-        str(s.source_tensors),
-        str(s.output_tensors),
-        str(s.kept),
-        str(s.renamed),
-        str(s.redirected),
-        str(s.padded),
-        str(s.dropped),
-    )
+    t.add_row(*(str(v) for v in vals))
     console.print(t)
     if s.fse_enabled_layers or s.fse_disabled_layers:
         console.print(

@@ -54,9 +54,17 @@ def build_plan(
     files = get_layout(options.layout).build_files(ctx, planned)
     renames = {k: sorted(v) for k, v in sorted(planned.module_renames.items())}
     config, config_notes = edit_config(
-        catalog.config, geometry=ctx.geometry, module_renames=renames, metadata=_metadata(ctx)
+        catalog.config,
+        geometry=ctx.geometry,
+        module_renames=renames,
+        metadata=_metadata(ctx),
+        exclude=_unfused_excludes(ctx, planned),
     )
-    strict = planned.redirected_modules | (set(renames) & _exact_entries(catalog.config))
+    strict = (
+        planned.redirected_modules
+        | planned.unfused_modules
+        | (set(renames) & _exact_entries(catalog.config))
+    )
     check_notes = check_schemes(
         catalog, ctx.resolved.tensors, config, planned.provenance, set(renames), strict
     )
@@ -175,6 +183,22 @@ def _piece_provenance(files: list) -> dict[str, list[str]]:  # type: ignore[type
             for p in t.pieces:
                 out.setdefault(p.source, {})[t.name] = None
     return {k: list(v) for k, v in sorted(out.items())}
+
+
+def _unfused_excludes(ctx: PlanContext, planned: Planned) -> list[str]:
+    """FusedMoE modules whose float 3-D experts were unfused but whose per-expert names the
+    config would resolve as quantized (Quark's fused-parameter quirk)."""
+    from checkpoint_tool.quant.resolve import resolve_tensor
+
+    out: set[str] = set()
+    for name in planned.unfused_modules:
+        layer = ctx.experts[name].layer
+        per_expert = f"{layer.routed_prefix}.0.{layer.proj_name('gate')}.weight"
+        stored = ctx.resolved.tensors[name].scheme
+        configured = resolve_tensor(ctx.resolved.qconfig, per_expert).scheme
+        if configured.quantized and not stored.quantized:
+            out.add(layer.routed_prefix)
+    return sorted(out)
 
 
 def _exact_entries(config: dict | None) -> set[str]:

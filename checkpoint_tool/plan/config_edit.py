@@ -15,6 +15,9 @@ Edits (everything else is copied as it is):
   redirected are replaced by the new module name(s), so every written tensor is still
   described (a redirected shared expert's spec moves with it to ``experts.{n_routed + j}``).
   Globs and ``re:`` patterns are kept; ``check_schemes`` proves they still resolve the same.
+- 3-D fused float experts written per expert (Quark leaves fused expert parameters in BF16
+  while its config says e.g. MXFP4 for the layer): their FusedMoE module is added to the
+  exclusion list, so the loader builds them unquantized.
 - ``ckpt``: conversion metadata (version, source, recipe, options, sizes before/after, fused
   layers). vLLM and transformers ignore unknown config keys.
 
@@ -99,12 +102,28 @@ def rename_quant_entries(
     return qc, changes
 
 
+def add_excludes(qc: dict[str, Any], modules: list[str]) -> str | None:
+    """Add exact ``modules`` to the config's exclusion list; the key used (None: no list)."""
+    key = next(
+        (k for k in ("exclude", "ignored_layers", "modules_to_not_convert") if k in qc), None
+    )
+    if key is None and qc.get("quant_method") in ("fp8", "deepseek_v4_fp8"):
+        key = "ignored_layers"
+    if key is None:
+        return None
+    entries = list(qc.get(key) or [])
+    entries.extend(m for m in modules if m not in entries)
+    qc[key] = entries
+    return key
+
+
 def edit_config(
     config: Mapping[str, Any] | None,
     *,
     geometry: Geometry,
     module_renames: Mapping[str, list[str]],
     metadata: dict[str, Any],
+    exclude: list[str] | None = None,
 ) -> tuple[dict[str, Any] | None, list[str]]:
     """The output config.json (None when the source has none) and notes on what changed."""
     if config is None:
@@ -126,6 +145,16 @@ def edit_config(
     if isinstance(qc, dict) and module_renames:
         out["quantization_config"], changes = rename_quant_entries(qc, module_renames)
         notes.extend(f"quantization_config.{c}" for c in changes)
+    if exclude:
+        qc = out.get("quantization_config")
+        key = add_excludes(qc, exclude) if isinstance(qc, dict) else None
+        if key is None:
+            notes.append(
+                f"unfused float experts {exclude} cannot be excluded in this quantization config; "
+                "the loader may expect them quantized"
+            )
+        else:
+            notes.append(f"quantization_config.{key}: + {exclude} (float experts, unfused)")
     out["ckpt"] = metadata
     return out, notes
 

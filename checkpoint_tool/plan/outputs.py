@@ -24,14 +24,14 @@ Example::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from checkpoint_tool.catalog.safetensors_format import tensor_nbytes
 from checkpoint_tool.errors import InputError, UsageError
 from checkpoint_tool.plan.context import PlanContext, layer_of
 from checkpoint_tool.plan.experts import ExpertPart
 from checkpoint_tool.plan.fse import chunks
-from checkpoint_tool.plan.model import DroppedTensor, OutputTensor, Piece
+from checkpoint_tool.plan.model import DroppedTensor, OutputTensor, Piece, Region
 from checkpoint_tool.plan.pieces import Placement, place, whole
 from checkpoint_tool.quant.resolve import split_tensor_name
 from checkpoint_tool.recipes import Renamed
@@ -46,7 +46,7 @@ class Planned:
     tensors: list[OutputTensor] = field(default_factory=list)
     dropped: list[DroppedTensor] = field(default_factory=list)
     provenance: dict[str, list[str]] = field(default_factory=dict)
-    #: output name -> "kept" | "renamed" | "redirected"
+    #: output name -> "kept" | "renamed" | "redirected" | "unfused"
     kinds: dict[str, str] = field(default_factory=dict)
     padded: set[str] = field(default_factory=set)
     #: output names of expert tensors (TP-split by the engine), for per-rank estimates
@@ -55,6 +55,8 @@ class Planned:
     module_renames: dict[str, set[str]] = field(default_factory=dict)
     #: source modules redirected into routed slots (FSE)
     redirected_modules: set[str] = field(default_factory=set)
+    #: 3-D fused expert tensors written as one tensor per expert (their names)
+    unfused_modules: set[str] = field(default_factory=set)
     #: output name -> tensor data bytes
     nbytes: dict[str, int] = field(default_factory=dict)
 
@@ -115,6 +117,8 @@ def _place(ctx: PlanContext, name: str) -> list[tuple[Renamed, Placement, Expert
         return [(renamed, _copy(entry), None)]
     geo = ctx.geometry
     layer = part.layer
+    if part.fused_3d:
+        return _unfuse(ctx, name, part)
     if part.kind == "shared" and ctx.fse_layers.get(layer.layer, False):
         results = []
         suffix = split_tensor_name(name)[1] if not part.fused_3d else ""
@@ -157,6 +161,64 @@ def _place(ctx: PlanContext, name: str) -> list[tuple[Renamed, Placement, Expert
     placement = _expert_placement(ctx, name, part, ranges, target, width)
     renamed = ctx.rules.rename(name, scheme=rt.scheme, is_scale=is_scale, drop_checked=True)
     return [(renamed, placement, part)]
+
+
+def _unfuse(
+    ctx: PlanContext, name: str, part: ExpertPart
+) -> list[tuple[Renamed, Placement, ExpertPart | None]]:
+    """A 3-D fused expert parameter (``experts.gate_up_proj`` [E, 2I, H] / ``experts.down_proj``
+    [E, H, I], as Quark leaves them) -> one HF tensor per expert and projection
+    (``experts.{e}.gate_proj.weight`` ...), padded like every routed expert: the layout vLLM's
+    DeepSeek loader reads."""
+    entry = ctx.catalog.tensors[name]
+    rt = ctx.resolved.tensors[name]
+    layer = part.layer
+    storage = _storage(entry)
+    if len(storage) != 3 or storage[0] != layer.n_routed:
+        raise InputError(
+            f"{entry.file}: fused expert tensor {name!r} has shape {list(entry.shape)}, expected "
+            f"[{layer.n_routed}, ...] (one row per routed expert); the checkpoint and "
+            "config.json disagree"
+        )
+    codec = ctx.codec(rt.scheme)
+    logical = tuple(codec.logical_shape(storage))
+    width, target = layer.moe_intermediate_size, ctx.geometry.routed_target()
+    size = logical[part.dim % 3]
+    if size != width * part.segments:
+        raise InputError(
+            f"{entry.file}: tensor {name!r} has intermediate size {size} on dim {part.dim}, "
+            f"config.json says {width * part.segments}; the config and the checkpoint disagree"
+        )
+    projs = [("gate", 0), ("up", 1)] if part.proj == "gate_up" else [("down", 0)]
+    results: list[tuple[Renamed, Placement, ExpertPart | None]] = []
+    for proj, k in projs:
+        template = place(
+            entry, rt.role, codec, logical, part.dim, [(k * width, (k + 1) * width)], target
+        )
+        for e in range(layer.n_routed):
+            first = Region(dim=0, start=e, stop=e + 1)
+            pieces = [
+                Piece(source=name, slices=[first, *p.slices], pads=p.pads) for p in template.pieces
+            ]
+            ops = [f"unfuse expert {e} {proj} from the 3-D tensor"]
+            if template.padded:
+                ops.append(
+                    f"pad intermediate {width} -> {target} (+{target - width}, zero weights)"
+                )
+            placement = Placement(
+                pieces=pieces,
+                combine=template.combine,
+                axis=template.axis,
+                shape=template.shape[1:],
+                padded=template.padded,
+                ops=ops,
+            )
+            per_expert = f"{layer.routed_prefix}.{e}.{layer.proj_name(proj)}.weight"  # type: ignore[arg-type]
+            renamed = ctx.rules.rename(
+                per_expert, scheme=rt.scheme, is_scale=False, drop_checked=True
+            )
+            results.append((replace(renamed, source=name, unfused=True), placement, part))
+    return results
 
 
 def _copy(entry) -> Placement:  # type: ignore[no-untyped-def]
@@ -267,6 +329,9 @@ def _record(
         kind = "kept"
         if renamed.kept:
             ops.append(f"keep ({renamed.steps[-1]})")
+    elif renamed.unfused:
+        kind = "unfused"
+        out.unfused_modules.add(source)
     else:
         kind = "redirected" if renamed.redirected else "renamed"
         rule_steps = [s for s in renamed.steps if s != "fse"]

@@ -1,7 +1,7 @@
 """What a plan does, in numbers: the report ``ckpt plan`` / ``ckpt convert --dry-run`` print.
 
 Counts are per output tensor unless named otherwise. ``kept`` + ``renamed`` + ``redirected``
-is the number of output tensors; ``padded`` counts outputs with a pad, whatever their name.
++ ``unfused`` is the number of output tensors; ``padded`` counts outputs with a pad, whatever their name.
 
 Example::
 
@@ -45,6 +45,8 @@ class PlanSummary(BaseModel):
     renamed: int = 0
     #: outputs that are a shared expert (chunk) moved into a routed slot
     redirected: int = 0
+    #: outputs that are one expert cut out of a 3-D fused expert tensor
+    unfused: int = 0
     #: outputs with zero/neutral padding on the expert intermediate dim
     padded: int = 0
     #: source tensors deliberately not written (``Plan.dropped``), by rule
@@ -127,7 +129,7 @@ def compute_summary(
     by_rule: dict[str, int] = {}
     for rule in dropped_rules:
         by_rule[rule] = by_rule.get(rule, 0) + 1
-    counts = {"kept": 0, "renamed": 0, "redirected": 0}
+    counts = {"kept": 0, "renamed": 0, "redirected": 0, "unfused": 0}
     for t in tensors:
         counts[kinds.get(t.name, "kept")] += 1
     peak, peak_name = 0, None

@@ -85,6 +85,9 @@ class Renamed:
     reason: str | None = None
     kept: bool = False
     redirected: bool = False
+    #: one expert cut out of a 3-D fused expert tensor by the planner (``source`` is the 3-D
+    #: tensor; the rules ran on the per-expert name)
+    unfused: bool = False
 
     @property
     def dropped(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from plan_helpers import materialize, outputs, plan_of
+from plan_helpers import materialize, outputs, plan_of, read
 
 from checkpoint_tool.catalog.catalog import open_catalog
 from checkpoint_tool.plan.build import plan_for_catalog
@@ -35,7 +35,7 @@ def test_every_source_tensor_appears_exactly_once(synth_ckpt, preset, tp):
         k: sorted(v) for k, v in plan.provenance.items()
     }
     s = plan.summary
-    assert s.kept + s.renamed + s.redirected == s.output_tensors == len(names)
+    assert s.kept + s.renamed + s.redirected + s.unfused == s.output_tensors == len(names)
     assert s.output_bytes == sum(f.nbytes for f in plan.files)
 
 
@@ -96,3 +96,32 @@ def test_wrong_recipe_reports_unmatched_tensors(synth_ckpt):
         InputError, match=r"match no rule of recipe deepseek-v4-amd: .*model\.layers"
     ):
         plan_of(synth_ckpt("deepseek-v3-fp8"), tp=1, recipe="deepseek-v4-amd")
+
+
+def test_fused_3d_float_experts_are_written_per_expert(synth_ckpt):
+    import torch
+
+    cat, plan = plan_of(synth_ckpt("quark-mxfp4", moe_intermediate=160, fused_experts=True), tp=2)
+    outs = outputs(plan)
+    n, size, padded = cat.config["n_routed_experts"], 160, 192
+    assert plan.summary.padded_intermediate_size == padded
+    layers = sorted(plan.fse_layers)
+    assert not any(plan.fse_layers.values())  # BF16 routed vs MXFP4 shared: no FSE
+    assert plan.summary.unfused == len(layers) * n * 3
+    for layer in layers:
+        prefix = f"model.layers.{layer}.mlp.experts"
+        assert f"{prefix}.gate_up_proj" not in outs and f"{prefix}.down_proj" not in outs
+        assert len(plan.provenance[f"{prefix}.gate_up_proj"]) == 2 * n
+        gate_up = read(cat, f"{prefix}.gate_up_proj").double()
+        down = read(cat, f"{prefix}.down_proj").double()
+        for e in (0, n - 1):
+            gate = materialize(cat, outs[f"{prefix}.{e}.gate_proj.weight"]).double()
+            up = materialize(cat, outs[f"{prefix}.{e}.up_proj.weight"]).double()
+            dn = materialize(cat, outs[f"{prefix}.{e}.down_proj.weight"]).double()
+            assert gate.shape[0] == up.shape[0] == dn.shape[1] == padded
+            assert torch.equal(gate[:size], gate_up[e, :size]) and not gate[size:].any()
+            assert torch.equal(up[:size], gate_up[e, size:]) and not up[size:].any()
+            assert torch.equal(dn[:, :size], down[e]) and not dn[:, size:].any()
+    # the loader must build these layers unquantized: their FusedMoE modules are excluded
+    exclude = plan.config["quantization_config"]["exclude"]
+    assert all(f"model.layers.{layer}.mlp.experts" in exclude for layer in layers)
