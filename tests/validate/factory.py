@@ -4,7 +4,8 @@
 export (tiny DeepSeek-V3: MXFP4 experts and MLPs, per-channel FP8 attention, BF16 router and
 norms; ``tests/fixtures/producer-headers``) with its real ``quantization_config``, as two
 shards plus an index, through our atomic ``SafetensorsWriter``. Data is fresh random bytes of
-valid encodings (E8M0 scales in 2^-7..2^3, E4M3 codes without NaN, positive BF16 scales).
+valid encodings (E8M0 scales in 2^-10..2^-6 like trained weights, E4M3 codes without NaN,
+positive BF16 scales).
 
 ``mutate`` edits the tensor table (name -> ``(dtype, shape, bytes)``) and the config before
 writing, so a test can build "what a buggy exporter would write"; ``corrupt_*`` helpers damage
@@ -69,8 +70,8 @@ def random_bytes(name: str, dtype: str, shape: tuple[int, ...], rng: np.random.G
     """Valid random data for one tensor, by its role (scale or not) and dtype."""
     n = math.prod(shape)
     is_scale = "scale" in name.rsplit(".", 1)[-1]
-    if dtype == "U8" and is_scale:  # E8M0: 2^-7 .. 2^3
-        return rng.integers(120, 131, size=n, dtype=np.uint8).tobytes()
+    if dtype == "U8" and is_scale:  # E8M0: 2^-10 .. 2^-6 (weights of magnitude ~0.01)
+        return rng.integers(117, 122, size=n, dtype=np.uint8).tobytes()
     if dtype == "U8":  # packed FP4 pairs: every byte is valid
         return rng.integers(0, 256, size=n, dtype=np.uint8).tobytes()
     if dtype == "F8_E4M3":  # any code but the NaNs 0x7F / 0xFF
