@@ -131,10 +131,11 @@ class CheckpointView:
     def fused_slots(self, layer: int) -> list[int]:
         """Shared-expert slots ``n_routed + j`` present as routed experts (or recorded)."""
         lf = self.layer_facts(layer)
-        present = [
+        present = [  # 3-D fused experts have no per-expert names: no slots can be appended
             lf.n_routed + j
             for j in range(max(lf.n_shared, 0))
-            if lf.routed_weight(lf.n_routed + j, "gate") in self.catalog.tensors
+            if lf.naming.routed_layout != "fused_3d"
+            and lf.routed_weight(lf.n_routed + j, "gate") in self.catalog.tensors
         ]
         recorded = self.recorded_slots(layer)
         return sorted(set(present) | set(recorded or []))
