@@ -27,6 +27,14 @@ from checkpoint_tool.execute.writer import SafetensorsWriter
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "producer-headers"
 STEM = "quark-0.13_tiny-deepseek_v3_preprocessed-per-expert_mxfp4"
+#: every Quark export copied in tests/fixtures -> its model's moe_intermediate_size (the
+#: fused 3-D exports come from a model with I = 128, the per-expert one from I = 192)
+STEMS = {
+    STEM: 192,
+    "quark-0.13_tiny-deepseek_v3_fp8-per-tensor": 128,
+    "quark-0.13_tiny-deepseek_v3_mxfp4-global_ptpc-fp8-attn": 128,
+    "quark-0.13_tiny-deepseek_v3_nvfp4": 128,
+}
 INDEX = "model.safetensors.index.json"
 
 CONFIG = {
@@ -57,13 +65,13 @@ CONFIG = {
 Table = dict[str, tuple[str, tuple[int, ...], bytes]]
 
 
-def producer_specs() -> dict[str, tuple[str, tuple[int, ...]]]:
-    doc = json.loads((FIXTURES / f"{STEM}.tensors.json").read_text())
+def producer_specs(stem: str = STEM) -> dict[str, tuple[str, tuple[int, ...]]]:
+    doc = json.loads((FIXTURES / f"{stem}.tensors.json").read_text())
     return {name: (dtype, tuple(shape)) for name, (dtype, shape) in doc.items()}
 
 
-def quant_config() -> dict:
-    return json.loads((FIXTURES / f"{STEM}.quantization_config.json").read_text())
+def quant_config(stem: str = STEM) -> dict:
+    return json.loads((FIXTURES / f"{stem}.quantization_config.json").read_text())
 
 
 def random_bytes(name: str, dtype: str, shape: tuple[int, ...], rng: np.random.Generator) -> bytes:
@@ -74,6 +82,8 @@ def random_bytes(name: str, dtype: str, shape: tuple[int, ...], rng: np.random.G
         return rng.integers(117, 122, size=n, dtype=np.uint8).tobytes()
     if dtype == "U8":  # packed FP4 pairs: every byte is valid
         return rng.integers(0, 256, size=n, dtype=np.uint8).tobytes()
+    if dtype == "F8_E4M3" and is_scale:  # positive normal codes (NVFP4 group scales)
+        return rng.integers(0x28, 0x48, size=n, dtype=np.uint8).tobytes()
     if dtype == "F8_E4M3":  # any code but the NaNs 0x7F / 0xFF
         codes = rng.integers(0, 255, size=n, dtype=np.uint8)
         codes[(codes & 0x7F) == 0x7F] = 0x38
@@ -88,11 +98,11 @@ def random_bytes(name: str, dtype: str, shape: tuple[int, ...], rng: np.random.G
     raise ValueError(f"no random data rule for {dtype}")
 
 
-def tensor_table(seed: int = 0) -> Table:
+def tensor_table(seed: int = 0, stem: str = STEM) -> Table:
     rng = np.random.default_rng(seed)
     return {
         name: (dtype, shape, random_bytes(name, dtype, shape, rng))
-        for name, (dtype, shape) in sorted(producer_specs().items())
+        for name, (dtype, shape) in sorted(producer_specs(stem).items())
     }
 
 
@@ -137,12 +147,18 @@ def build_checkpoint(
     dst: Path,
     *,
     seed: int = 0,
+    stem: str = STEM,
     mutate: Callable[[Table, dict], None] | None = None,
     **kwargs,
 ) -> Path:
-    """The Quark MXFP4 tiny DeepSeek-V3 checkpoint, optionally mutated before writing."""
-    table = tensor_table(seed)
-    config = {**CONFIG, "quantization_config": quant_config()}
+    """A tiny DeepSeek-V3 checkpoint as Quark exported it (``stem``: which export; default the
+    per-expert MXFP4 one), optionally mutated before writing."""
+    table = tensor_table(seed, stem)
+    config = {
+        **CONFIG,
+        "moe_intermediate_size": STEMS[stem],
+        "quantization_config": quant_config(stem),
+    }
     if mutate is not None:
         mutate(table, config)
     return write_checkpoint(dst, table, config, **kwargs)
