@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from checkpoint_tool.catalog.bulk import gc_paused
 from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES, FileHeader, read_header
 from checkpoint_tool.errors import InputError
 
@@ -98,7 +99,11 @@ def open_catalog(source: str | os.PathLike[str], *, headers_only: bool = True) -
 
 def open_local(root: Path, *, single_file: str | None = None) -> Catalog:
     """Open a local folder (or one file inside it) as a catalog."""
-    root = Path(root)
+    with gc_paused():  # ~1M acyclic objects for a full R1: no cycles to look for
+        return _open_local(Path(root), single_file)
+
+
+def _open_local(root: Path, single_file: str | None) -> Catalog:
     if not root.exists():
         raise InputError(f"{root}: no such file or folder; give a checkpoint folder or a repo id")
     config = _read_json_if_present(root / "config.json")
@@ -126,13 +131,17 @@ def open_local(root: Path, *, single_file: str | None = None) -> Catalog:
         header = read_header(root / rel)
         cat.headers[rel] = header
         cat.header_bytes_read += 8 + header.header_len
-        for name, th in header.tensors.items():
-            if name in cat.tensors:
-                raise InputError(
-                    f"{root / rel}: tensor {name!r} also appears in {cat.tensors[name].file}; "
-                    "duplicate tensors across shards: remove the stale shard"
-                )
-            cat.tensors[name] = TensorEntry(name, rel, th.dtype, th.shape, th.begin, th.end)
+        found = {
+            name: TensorEntry(name, rel, dtype, shape, begin, end)
+            for name, dtype, shape, begin, end in header.entries
+        }
+        if not cat.tensors.keys().isdisjoint(found):  # iterates over found
+            name = next(name for name in found if name in cat.tensors)
+            raise InputError(
+                f"{root / rel}: tensor {name!r} also appears in {cat.tensors[name].file}; "
+                "duplicate tensors across shards: remove the stale shard"
+            )
+        cat.tensors.update(found)
     if index is not None:
         _check_index_matches(root, index, cat)
     return cat
@@ -192,6 +201,8 @@ def _check_index_matches(root: Path, index: dict, cat: Catalog) -> None:
                 f"{root / INDEX_NAME}: tensor {name!r} is indexed in {rel} but stored in "
                 f"{entry.file}; the index is stale"
             )
+    if len(cat.tensors) == len(weight_map):
+        return  # every indexed name is in the catalog (checked above): the same set
     extra = sorted(set(cat.tensors) - set(weight_map))
     if extra:
         e = cat.tensors[extra[0]]
