@@ -41,15 +41,6 @@ NUMPY_FLOAT: dict[str, np.dtype] = {
 FLOAT_DTYPES = tuple(NUMPY_FLOAT)
 FP8_DTYPES = ("F8_E4M3", "F8_E5M2")
 SCALE_ROLES = ("scale", "global_scale", "input_scale")
-#: suffixes that name a scale when the quant config cannot be resolved
-SCALE_SUFFIXES = (
-    ".weight_scale",
-    ".weight_scale_inv",
-    ".weight_scale_2",
-    ".input_scale",
-    ".input_scale_2",
-    ".scale",
-)
 
 
 @dataclass
@@ -145,13 +136,25 @@ def where(entry: TensorEntry, flat: int | None) -> str:
     return "[" + ", ".join(str(i) for i in reversed(idx)) + "]"
 
 
+def is_scale_name(name: str) -> bool:
+    """Name-based scale test, for layouts the quant config cannot resolve: the last component
+    ends with ``scale``, ``scale_inv`` or ``scale_2`` (``weight_scale``, ``w13_weight_scale``,
+    ``w2_input_scale_2``, ``_k_scale``, DeepSeek-V4 ``scale``)."""
+    return name.rsplit(".", 1)[-1].endswith(("scale", "scale_inv", "scale_2"))
+
+
 def scale_entries(ctx: ValidationContext) -> list[TensorEntry]:
-    """The scale tensors of the checkpoint: by resolved role, or by name when unresolvable."""
-    try:
-        resolved = ctx.resolved()
-        names = [n for n, r in resolved.tensors.items() if r.role in SCALE_ROLES]
-    except Unavailable:
-        names = [n for n in ctx.catalog.tensors if n.endswith(SCALE_SUFFIXES)]
+    """The scale tensors: by resolved role; by name for vLLM sharded-state output (engine
+    parameter names) or when the quant config cannot be resolved."""
+    names: list[str]
+    if ctx.is_sharded_state:
+        names = [n for n in ctx.catalog.tensors if is_scale_name(n)]
+    else:
+        try:
+            resolved = ctx.resolved()
+            names = [n for n, r in resolved.tensors.items() if r.role in SCALE_ROLES]
+        except Unavailable:
+            names = [n for n in ctx.catalog.tensors if is_scale_name(n)]
     return [
         ctx.catalog.tensors[n]
         for n in sorted(names)
@@ -227,7 +230,7 @@ def check_weight_values(ctx: ValidationContext) -> list[Issue]:
     for name, entry in ctx.catalog.tensors.items():
         if name in scale_names or name in ctx.unreadable or not entry.nbytes:
             continue
-        if name.endswith(SCALE_SUFFIXES):
+        if is_scale_name(name):
             continue
         if entry.dtype in FP8_DTYPES:
             s = scan_fp8_nan_codes(ctx, entry)
