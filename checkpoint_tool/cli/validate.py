@@ -81,6 +81,12 @@ def register(app: typer.Typer) -> None:
                 "--deep", help="Run the MoE runtime on sampled layers (outputs finite, sane)."
             ),
         ] = False,
+        deep_layers: Annotated[
+            int, typer.Option(help="--deep: how many MoE layers to run (spread over the model).")
+        ] = 2,
+        deep_tokens: Annotated[
+            int, typer.Option(help="--deep: seeded random tokens per layer.")
+        ] = 16,
         only: Annotated[
             list[str] | None,
             typer.Option(
@@ -103,12 +109,16 @@ def register(app: typer.Typer) -> None:
                     f"--only: unknown rule id(s) {', '.join(unknown)}; known: "
                     f"{', '.join(CHECK_IDS)}"
                 )
+        if deep_layers < 1 or deep_tokens < 1:
+            raise UsageError("--deep-layers and --deep-tokens must be 1 or more")
         options = ValidateOptions(
             scan_weights=scan_weights,
             manifest=manifest,
             write_manifest=write_manifest,
             expect_policy=expect_policy,
             deep=deep,
+            deep_layers=deep_layers,
+            deep_tokens=deep_tokens,
             strict=strict,
         )
         report = validate_checkpoint(path, options, only=list(only) if only else None)

@@ -103,9 +103,10 @@ def test_warnings_exit_0_unless_strict(capsys, tmp_path: Path) -> None:
         ["validate", "{ckpt}", "--only", "no_such_rule"],
         ["validate", "{ckpt}", "--format", "yaml"],
         ["validate", "{ckpt}/model-00001-of-00002.safetensors", "--write-manifest"],
+        ["validate", "{ckpt}", "--deep", "--deep-layers", "0"],
     ],
     ids=["no path", "no manifest", "no policy", "not a policy", "bad rule", "bad format",
-         "manifest of one file"],
+         "manifest of one file", "no deep layers"],
 )  # fmt: skip
 def test_usage_and_unreadable_input_exit_2(capsys, ckpt: Path, tmp_path: Path, args) -> None:
     subst = {"ckpt": str(ckpt), "missing": str(tmp_path / "nope")}
@@ -113,6 +114,13 @@ def test_usage_and_unreadable_input_exit_2(capsys, ckpt: Path, tmp_path: Path, a
     assert code == 2, out + err
     assert "Traceback" not in out + err
     assert err.strip(), "a usage error says what is wrong on stderr"
+
+
+def test_deep_run(capsys, pristine: Path) -> None:
+    code, out, _ = run(
+        capsys, "validate", str(pristine), "--deep", "--deep-tokens", "4", "--only", "deep_runtime"
+    )
+    assert code == 0 and "deep_runtime" in out and "passed" in out
 
 
 def test_write_manifest_then_check_it(capsys, ckpt: Path) -> None:
