@@ -85,13 +85,11 @@ def check_quant_config(ctx: ValidationContext) -> list[Issue]:
     """The quantization config is supported, consistent, and each of its name patterns is used."""
     _skip_sharded(ctx)
     ctx.require_config()
-    try:
-        ctx.resolved()
-    except Unavailable:
-        err = ctx._resolved
-        if isinstance(err, Exception) and not isinstance(err, Unavailable):
-            return [_err("quant_config", getattr(err, "message", str(err)), file="config.json")]
-        raise
+    error = ctx.resolve_error()
+    if error is not None:
+        message = error.message.removeprefix(f"{ctx.root / 'config.json'}: ")
+        return [_err("quant_config", message, file="config.json")]
+    ctx.resolved()
     return relayed(ctx, "quant_config") + _unused_patterns(ctx, engine_modules(ctx))
 
 

@@ -177,6 +177,11 @@ class ValidationContext:
         except CkptError as exc:
             return exc
 
+    def resolve_error(self) -> CkptError | None:
+        """The user-caused error that stopped resolution (unsupported or malformed config)."""
+        r = self._resolved
+        return r if isinstance(r, CkptError) else None
+
     def resolved(self) -> Any:
         """``ResolvedCatalog`` of the counted files; ``Unavailable`` if it cannot be built."""
         self.require_config()

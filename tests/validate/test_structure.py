@@ -206,3 +206,29 @@ def test_symlinked_shards_are_not_traversal(tmp_path: Path, pristine: Path) -> N
         (dst / shard).symlink_to(blobs / shard)
     report = validate_checkpoint(dst)
     assert report.exit_code == 0, [f.line() for f in report.findings()]
+
+
+def test_unsupported_quant_method(tmp_path: Path) -> None:
+    def awq(table: dict, config: dict) -> None:
+        config["quantization_config"] = {"quant_method": "awq", "bits": 4}
+
+    report = validate_checkpoint(build_checkpoint(tmp_path / "c", mutate=awq))
+    (f,) = findings(report, "quant_config")
+    assert f.file == "config.json" and f.message.startswith("quantization_config.quant_method")
+    assert "'awq' is not supported" in f.message
+    checks = {c.id: c for c in report.checks}
+    assert checks["scale_shape"].status.value == "skipped"
+    assert "see quant_config" in checks["scale_shape"].skipped_reason
+    assert report.exit_code == 1
+
+
+def test_missing_config_json(ckpt: Path) -> None:
+    (ckpt / "config.json").unlink()
+    report = validate_checkpoint(ckpt)
+    (f,) = findings(report, "config_json")
+    assert f.file == "config.json" and "missing" in f.message
+    assert report.exit_code == 1
+    # structure and value rules still ran
+    checks = {c.id: c for c in report.checks}
+    assert checks["scale_values"].status.value == "passed"
+    assert checks["experts_present"].status.value == "skipped"
