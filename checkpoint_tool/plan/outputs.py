@@ -32,7 +32,7 @@ from checkpoint_tool.plan.context import PlanContext, layer_of
 from checkpoint_tool.plan.experts import ExpertPart
 from checkpoint_tool.plan.fse import chunks
 from checkpoint_tool.plan.model import DroppedTensor, OutputTensor, Piece, Region
-from checkpoint_tool.plan.pieces import Placement, place, whole
+from checkpoint_tool.plan.pieces import Placement, place
 from checkpoint_tool.quant.resolve import split_tensor_name
 from checkpoint_tool.recipes import Renamed
 
@@ -222,9 +222,8 @@ def _unfuse(
 
 
 def _copy(entry) -> Placement:  # type: ignore[no-untyped-def]
-    placement = whole(entry)
-    placement.ops.append("copy")
-    return placement
+    """The source tensor as it is (the common case: built lean, ~90k times for R1)."""
+    return Placement([Piece(source=entry.name)], shape=list(entry.shape), ops=["copy"], copy=True)
 
 
 def _expert_placement(
@@ -324,15 +323,17 @@ def _record(
     entry = ctx.catalog.tensors[source]
     name = renamed.name
     assert name is not None
-    ops = placement.ops[:]
     if name == source:
         kind = "kept"
+        ops = placement.ops
         if renamed.kept:
-            ops.append(f"keep ({renamed.steps[-1]})")
+            ops = [*ops, f"keep ({renamed.steps[-1]})"]
     elif renamed.unfused:
         kind = "unfused"
+        ops = placement.ops
         out.unfused_modules.add(source)
     else:
+        ops = placement.ops[:]
         kind = "redirected" if renamed.redirected else "renamed"
         rule_steps = [s for s in renamed.steps if s != "fse"]
         if renamed.kept:

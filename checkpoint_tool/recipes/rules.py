@@ -69,7 +69,7 @@ def scale_spelling(scheme: Scheme | None) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Renamed:
     """What the rules did to one source tensor.
 
@@ -277,14 +277,18 @@ class RuleSet:
                 written = new_written
             if new_engine is not None:
                 engine = new_engine
-        if is_scale:
+        if is_scale and self._aliases:
+            same = engine == written
             spelled = self._alias(written, scheme)
             if spelled is not None:
                 steps.append(spelled[0])
                 written = spelled[1]
-            spelled = self._alias(engine, scheme)
-            if spelled is not None:
-                engine = spelled[1]
+            if same:
+                engine = written
+            else:
+                spelled = self._alias(engine, scheme)
+                if spelled is not None:
+                    engine = spelled[1]
         if not steps:
             for rule_id, pattern in self._accept:
                 if pattern.search(written):
