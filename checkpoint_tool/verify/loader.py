@@ -79,6 +79,9 @@ class CheckpointView:
     """A checkpoint read like an engine reads it: facts from config.json, schemes from its
     quantization config, tensors by name (see the module docstring)."""
 
+    #: layers are whole (the runtime slices them per TP rank); ``ShardedView`` holds rank slices
+    presliced = False
+
     def __init__(self, catalog: Catalog, *, semantics: Semantics = "vllm") -> None:
         self.catalog = catalog
         self.semantics = semantics
@@ -317,7 +320,26 @@ class CheckpointView:
         )
         return LoadedLayer(weights, {e: i for i, e in enumerate(ids)}, slots)
 
+    def rank_layers(
+        self, layer: int, *, experts: Sequence[int], router: Router
+    ) -> tuple[list[MoeLayerWeights], dict[int, int]]:
+        """``[whole layer]`` restricted to ``experts`` (the runtime slices it per rank)."""
+        loaded = self.layer(layer, experts=experts, router=router)
+        return [loaded.weights], loaded.slot_of
+
     # -- headers-only facts for sampling -------------------------------------------------------
+    def shared_intermediate(self, layer: int) -> int | None:
+        """Width of the separate shared MLP as stored (None when fused or absent)."""
+        lf = self.layer_facts(layer)
+        if lf.shared_prefix is None or self.fused_slots(layer):
+            return None
+        j = 0 if lf.naming.shared_layout == "indexed" else None
+        entry = self.catalog.tensors.get(f"{lf.shared_module('gate', j)}.weight")
+        if entry is None or len(entry.shape) != 2:
+            return None
+        rows = entry.shape[0]
+        return rows // 2 if lf.naming.shared_layout == "single_gate_up" else rows
+
     def expert_intermediate(self, layer: int) -> int | None:
         """Intermediate size of routed expert 0 as stored (rows of its gate weight)."""
         lf = self.layer_facts(layer)

@@ -41,7 +41,7 @@ from checkpoint_tool.runtime.routing import route
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights
 from checkpoint_tool.verify.loader import CheckpointView, LoadedLayer
 from checkpoint_tool.verify.report import LayerResult, NumericReport
-from checkpoint_tool.verify.sampling import LayerPolicy, sample_layers
+from checkpoint_tool.verify.sampling import ConvertedView, LayerPolicy, sample_layers
 from checkpoint_tool.verify.tolerance import tolerance_for
 
 Device = Literal["auto", "cpu", "cuda"]
@@ -88,7 +88,7 @@ def prepare_backend(backend: Backend, device: str) -> None:
 
 
 def check_numeric(
-    src: CheckpointView, dst: CheckpointView, options: NumericOptions, *, tp: int = 1
+    src: CheckpointView, dst: ConvertedView, options: NumericOptions, *, tp: int = 1
 ) -> NumericReport:
     """Run every sampled layer (see the module docstring)."""
     t0 = time.monotonic()
@@ -123,7 +123,7 @@ def hidden_states(tokens: int, hidden: int, seed: int, layer: int) -> torch.Tens
 
 def _check_layer(
     src: CheckpointView,
-    dst: CheckpointView,
+    dst: ConvertedView,
     policy: LayerPolicy,
     options: NumericOptions,
     device: str,
@@ -168,12 +168,13 @@ def _check_layer(
         result.message = f"source: {exc.message}"
         return _done(result, t0)
     try:
-        dst_layer = dst.layer(layer, experts=used, router=dst_router)
-        problems = _tp_problems(dst_layer.weights, tp)
-        got = _runtime(x, dst_layer, dst_routing, ids_d, w_d, options.backend, device, tp)
+        ranks, slot_of = dst.rank_layers(layer, experts=used, router=dst_router)
+        problems = [] if dst.presliced else _tp_problems(ranks[0], tp)
+        topk = (_remap(ids_d, slot_of), w_d)
+        got = _runtime(x, ranks, dst.presliced, dst_routing, topk, options.backend, device, tp)
     except CkptError as exc:
         return _failed(result, f"converted: {exc.message}", t0)
-    tol = tolerance_for(_schemes(dst_layer.weights), device=device)
+    tol = tolerance_for(_schemes(ranks[0]), device=device)
     diff = (got.double() - ref.double()).abs()
     ref_norm = float(ref.double().norm())
     ref_max = float(ref.double().abs().max())
@@ -205,32 +206,39 @@ def _reference(
 ) -> torch.Tensor:
     from checkpoint_tool.runtime.reference import moe_reference
 
-    return moe_reference(x, loaded.weights, routing, topk=(_remap(ids, loaded), weights))
+    topk = (_remap(ids, loaded.slot_of), weights)
+    return moe_reference(x, loaded.weights, routing, topk=topk)
 
 
 def _runtime(
     x: torch.Tensor,
-    loaded: LoadedLayer,
+    ranks: list[MoeLayerWeights],
+    presliced: bool,
     routing,  # RoutingConfig
-    ids: torch.Tensor,
-    weights: torch.Tensor,
+    topk: tuple[torch.Tensor, torch.Tensor],
     backend: Backend,
     device: str,
     tp: int,
 ) -> torch.Tensor:
-    from checkpoint_tool.runtime.moe import run_moe
+    """Whole layer: ``run_moe`` slices ``tp`` ranks; presliced: each rank's layer as stored."""
+    from checkpoint_tool.runtime.moe import prepare_moe, run_prepared
 
-    layer = loaded.weights if device == "cpu" else loaded.weights.to(device)
+    if device != "cpu":
+        ranks = [r.to(device) for r in ranks]
     act = x if device == "cpu" else x.to(device, torch.bfloat16)
-    topk = (_remap(ids, loaded).to(device), weights.to(device))
-    out = run_moe(act, layer, routing, backend=backend, tp=tp, topk=topk)
+    topk = (topk[0].to(device), topk[1].to(device))
+    if presliced:
+        prepared = prepare_moe(ranks, backend=backend)
+    else:
+        prepared = prepare_moe(ranks[0], tp=tp, backend=backend)
+    out = run_prepared(act, prepared, routing, backend=backend, topk=topk)
     return out.float().cpu()
 
 
-def _remap(ids: torch.Tensor, loaded: LoadedLayer) -> torch.Tensor:
+def _remap(ids: torch.Tensor, slot_of: dict[int, int]) -> torch.Tensor:
     """Model expert ids -> indexes into the loaded (restricted) expert list."""
-    lut = torch.full((max(loaded.slot_of) + 1,), -1, dtype=torch.long)
-    for e, i in loaded.slot_of.items():
+    lut = torch.full((max(slot_of) + 1,), -1, dtype=torch.long)
+    for e, i in slot_of.items():
         lut[e] = i
     return lut[ids]
 

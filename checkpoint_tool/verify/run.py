@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -31,7 +32,7 @@ from checkpoint_tool.verify.replan import check_source_identity, rebuild_plan, r
 from checkpoint_tool.verify.report import LosslessReport, NumericReport, VerifyReport, overall
 
 #: layouts whose converted MoE layers the numeric check can read
-NUMERIC_LAYOUTS = ("hf",)
+NUMERIC_LAYOUTS = ("hf", "vllm-sharded")
 
 
 class VerifyOptions(BaseModel):
@@ -110,7 +111,7 @@ def verify_checkpoint(
                 notes.append(f"warning: {exc.message}")
 
     if options.numeric:
-        numeric = _numeric(dst, src_catalog, manifest, options)
+        numeric = _numeric(dst, src_catalog, manifest, options, layout)
         numeric.layout = layout
     else:
         numeric = NumericReport(status="skipped", reason="--no-numeric", layout=layout)
@@ -126,13 +127,27 @@ def verify_checkpoint(
 
 
 def _numeric(
-    dst: Path, src_catalog: Any, manifest: Manifest | None, options: VerifyOptions
+    dst: Path, src_catalog: Any, manifest: Manifest | None, options: VerifyOptions, layout: str
 ) -> NumericReport:
     from checkpoint_tool.verify.loader import CheckpointView
+    from checkpoint_tool.verify.sampling import ConvertedView
 
     src = CheckpointView(src_catalog, semantics="producer")
-    out = CheckpointView(open_catalog(dst, headers_only=False), semantics="vllm")
-    tp = options.tp or _recorded_tp(manifest, out.ckpt_metadata())
+    out: ConvertedView
+    if layout == "vllm-sharded":
+        from checkpoint_tool.verify.sharded import ShardedView
+
+        ranks = _recorded_tp(manifest, _config_meta(dst))
+        if options.tp is not None and options.tp != ranks:
+            raise UsageError(
+                f"--tp {options.tp}: {dst} is a vllm-sharded output for {ranks} rank(s); its "
+                "numeric check runs exactly those ranks (omit --tp)"
+            )
+        out = ShardedView.open(dst, tp=ranks)
+        tp = ranks
+    else:
+        out = CheckpointView(open_catalog(dst, headers_only=False), semantics="vllm")
+        tp = options.tp or _recorded_tp(manifest, out.ckpt_metadata())
     numeric_options = NumericOptions(
         layers=options.layers,
         tokens=options.tokens,
@@ -148,6 +163,14 @@ def _recorded_tp(manifest: Manifest | None, meta: dict[str, Any]) -> int:
         return manifest.options.tp
     tp = meta.get("tp")
     return int(tp) if isinstance(tp, int) and tp > 0 else 1
+
+
+def _config_meta(dst: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads((dst / "config.json").read_text()).get("ckpt")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def _layout(manifest: Manifest | None, dst: Path) -> str:

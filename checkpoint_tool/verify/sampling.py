@@ -19,9 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Union
 
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.verify.loader import CheckpointView
+
+if TYPE_CHECKING:
+    from checkpoint_tool.verify.sharded import ShardedView
+
+#: the converted side: an hf-layout checkpoint or a vllm-sharded output
+ConvertedView = Union[CheckpointView, "ShardedView"]
 
 
 @dataclass(frozen=True)
@@ -52,14 +59,14 @@ class LayerPolicy:
         return ", ".join(parts)
 
 
-def layer_policy(src: CheckpointView, dst: CheckpointView, layer: int) -> LayerPolicy:
+def layer_policy(src: CheckpointView, dst: ConvertedView, layer: int) -> LayerPolicy:
     """What the conversion did to ``layer`` (headers and config only)."""
     lf = dst.layer_facts(layer)
     routed = dst.routed_scheme(layer)
     shared = dst.shared_scheme(layer)
     padded = dst.expert_intermediate(layer) != src.expert_intermediate(layer)
     if not padded and lf.shared_prefix is not None and not dst.fused_slots(layer):
-        padded = _shared_rows(dst, layer) != _shared_rows(src, layer)
+        padded = dst.shared_intermediate(layer) != src.shared_intermediate(layer)
     return LayerPolicy(
         layer=layer,
         fused=bool(dst.fused_slots(layer)),
@@ -70,15 +77,8 @@ def layer_policy(src: CheckpointView, dst: CheckpointView, layer: int) -> LayerP
     )
 
 
-def _shared_rows(view: CheckpointView, layer: int) -> int | None:
-    lf = view.layer_facts(layer)
-    j = 0 if lf.naming.shared_layout == "indexed" else None
-    entry = view.catalog.tensors.get(f"{lf.shared_module('gate', j)}.weight")
-    return entry.shape[0] if entry is not None and entry.shape else None
-
-
 def sample_layers(
-    src: CheckpointView, dst: CheckpointView, layers: Sequence[int] | None = None
+    src: CheckpointView, dst: ConvertedView, layers: Sequence[int] | None = None
 ) -> list[LayerPolicy]:
     """``layers`` when given (each must be a MoE layer of both), else one per policy."""
     available = [  # a partial conversion (convert --layers) holds only some layers' tensors

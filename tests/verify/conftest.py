@@ -32,13 +32,13 @@ def converted(
 
     cache: dict[str, tuple[Path, Path]] = {}
 
-    def make(preset: str, tp: int = 1, fse: str = "auto", **synth_opts: object):
-        key = json.dumps([preset, tp, fse, synth_opts], sort_keys=True)
+    def make(preset: str, tp: int = 1, fse: str = "auto", layout: str = "hf", **synth_opts: object):
+        key = json.dumps([preset, tp, fse, layout, synth_opts], sort_keys=True)
         if key not in cache:
             src = synth_ckpt(preset, **synth_opts)
             dst = tmp_path_factory.mktemp(f"conv-{preset}-tp{tp}") / "out"
             catalog = open_catalog(src, headers_only=False)
-            plan = plan_for_catalog(catalog, PlanOptions(tp=tp, fse=fse))
+            plan = plan_for_catalog(catalog, PlanOptions(tp=tp, fse=fse, layout=layout))
             durable, writer.DURABLE = writer.DURABLE, False  # tests simulate no power loss
             try:
                 execute_plan(plan, catalog, dst, progress=False)

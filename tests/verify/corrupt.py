@@ -16,9 +16,12 @@ INDEX = "model.safetensors.index.json"
 
 
 def locate(dst: Path, name: str) -> tuple[Path, int, int]:
-    """(file, absolute begin, absolute end) of tensor ``name`` in an hf-layout output."""
-    weight_map = json.loads((dst / INDEX).read_text())["weight_map"]
-    path = dst / weight_map[name]
+    """(file, absolute begin, absolute end) of tensor ``name``: ``dst`` is an hf-layout output
+    folder (found through its index) or one ``.safetensors`` file (a vllm-sharded rank part)."""
+    if dst.is_file():
+        path = dst
+    else:
+        path = dst / json.loads((dst / INDEX).read_text())["weight_map"][name]
     with open(path, "rb") as fh:
         (n,) = struct.unpack("<Q", fh.read(8))
         header = json.loads(fh.read(n))
