@@ -90,7 +90,7 @@ class ConvertReport(BaseModel):
 
 
 def chunk_size(memory_budget: int, workers: int) -> int:
-    """Bytes per buffer: each worker holds two (read + gather), plus slack for hashing/Python.
+    """Bytes per buffer: each worker holds three (two writer staging buffers, one read buffer).
 
     ``chunk_size(1 << 30, 1)`` -> 64 MiB (capped); ``chunk_size(64 << 20, 4)`` -> 4 MiB.
     """
@@ -369,6 +369,10 @@ class _CountingSink:
 
     def advance(self, nbytes: int) -> None:
         self.writer.advance(nbytes)
+        self.progress.advance(nbytes)
+
+    def copy_range(self, fd: int, offset: int, nbytes: int, label: str) -> None:
+        self.writer.copy_range(fd, offset, nbytes, label)
         self.progress.advance(nbytes)
 
 

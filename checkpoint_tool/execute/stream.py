@@ -5,7 +5,8 @@ of the next ``n`` bytes of the file, ``advance(n)`` marks them filled), so sourc
 where they belong with one copy. Three cases, chosen per node of ``execute.ops``:
 
 1. one contiguous source byte range (a verbatim tensor, or a dim-0 region such as a TP slice of
-   gate/up rows): ``pread`` it straight into the sink, at most ``sink.capacity`` bytes at a time;
+   gate/up rows): handed to the sink's ``copy_range`` (the writer merges adjacent ranges and
+   lets the kernel copy them), else ``pread`` straight into the sink;
 2. a concat/stack along dim 0: stream each child in turn;
 3. anything else (inner-dim regions, pads, concat/stack on inner dims): blocks of output rows;
    each block reads the covering source rows as one range into the read buffer and gathers them
@@ -38,6 +39,8 @@ class Cancelled(Exception):
 
 
 class Sink(Protocol):
+    """Where bytes go; a sink may also offer ``copy_range(fd, offset, n, label)``."""
+
     capacity: int
 
     def reserve(self, nbytes: int) -> memoryview: ...
@@ -96,6 +99,12 @@ class TensorStream:
             sink.advance(nbytes)
 
     def _range(self, rel: str, begin: int, end: int, sink: Sink) -> None:
+        copy = getattr(sink, "copy_range", None)
+        if copy is not None:  # the writer copies (zero-copy where it can)
+            sources = self.reader.sources
+            copy(sources.fd(rel), begin, end - begin, str(sources.catalog.path_of(rel)))
+            self.reader.bytes_read += end - begin
+            return
         pos = begin
         while pos < end:
             self._check_stop()

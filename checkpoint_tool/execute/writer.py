@@ -18,15 +18,14 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
-import threading
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
 from checkpoint_tool.catalog.safetensors_format import build_header
-from checkpoint_tool.errors import OutputError
+from checkpoint_tool.errors import CkptError, InputError, OutputError
 from checkpoint_tool.execute.faults import fault_point
+from checkpoint_tool.execute.hashed_output import HashedOutput, SourceEnded, SourceError
 
 #: fsync files and folders before/after renames (durability across power loss). Tests that only
 #: simulate process kills may turn it off: a rename is atomic for other processes either way.
@@ -39,34 +38,8 @@ def fsync(fd: int) -> None:
         os.fsync(fd)
 
 
-#: chunks at least this large are hashed on a helper thread while ``os.write`` copies them
-PARALLEL_HASH_MIN = 1 << 20
 #: default staging buffer size (two per writer; the executor passes its own)
 DEFAULT_BUFFER = 64 << 20
-_pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
-_pools_lock = threading.Lock()
-
-
-def _pool(kind: str) -> ThreadPoolExecutor:
-    """Helper threads of this process, per kind ("hash", "flush"); made again in a forked
-    child, which has none. Separate kinds: a flush waits for a hash, never the reverse."""
-    with _pools_lock:
-        entry = _pools.get(kind)
-        if entry is None or entry[0] != os.getpid():
-            entry = (os.getpid(), ThreadPoolExecutor(32, thread_name_prefix=f"ckpt-{kind}"))
-            _pools[kind] = entry
-        return entry[1]
-
-
-def _start_writeback(fd: int, offset: int, length: int) -> None:
-    """Ask the kernel to start writing a just-written range to disk now (and drop it from the
-    page cache once clean), so the fsync at commit waits for the tail only, not the whole file:
-    the disk works while we copy. Measured in benchmarks/bench_convert.py (``io`` section)."""
-    if DURABLE and hasattr(os, "posix_fadvise"):
-        try:
-            os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
-        except OSError:  # advisory only
-            pass
 
 
 def partial_name(final: Path) -> Path:
@@ -76,11 +49,10 @@ def partial_name(final: Path) -> Path:
 class SafetensorsWriter:
     """Write one safetensors file atomically; tensors must be written in header order.
 
-    Bytes go through two staging buffers of ``buffer_size`` (smaller when the file is smaller):
-    while one is written and hashed by helper threads, the caller fills the other. Callers
-    either hand over bytes (``write``, ``write_chunks``: copied into the staging buffer) or fill
-    the staging buffer in place (``begin_tensor``, then ``reserve(n)`` -> writable view,
-    ``advance(n)``, then ``end_tensor``): the executor ``pread``s source ranges straight into it.
+    Callers either hand over bytes (``write``, ``write_chunks``: copied into a staging buffer),
+    or, between ``begin_tensor(name)`` and ``end_tensor()``, fill the staging buffer in place
+    (``reserve(n)`` -> writable view, ``advance(n)``) and append ranges of source files
+    (``copy_range(fd, offset, n)``: zero-copy where the kernel can). See ``hashed_output``.
     """
 
     def __init__(
@@ -99,35 +71,42 @@ class SafetensorsWriter:
         ]
         total = len(prefix) + (offsets[-1][1] if offsets else 0)
         self.capacity = max(1, min(buffer_size, total))
-        self._bufs: list[bytearray] = [bytearray(self.capacity)]
-        self._cur = 0
-        self._used = 0
-        self._pending: Future[None] | None = None
         self._next = 0
         self._in_tensor: str | None = None
         self._tensor_bytes = 0
-        self._hash = hashlib.sha256()
-        self.size = 0  # bytes handed to the kernel (final size after commit)
+        self.size = 0
         self.sha256 = ""
         self._fd: int | None = None
         try:
-            self._fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            self._fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
             raise _os_error(self.tmp, exc, "cannot create") from exc
+        self._out = HashedOutput(self._fd, self.capacity, writeback=DURABLE)
         self._copy_in(prefix)
 
-    # -- filling the staging buffer ---------------------------------------------------------
+    # -- bytes in ---------------------------------------------------------------------------
     def reserve(self, nbytes: int) -> memoryview:
         """A writable view of the next ``nbytes`` of the file (``nbytes <= capacity``)."""
-        if nbytes > self.capacity:
-            raise ValueError(f"reserve({nbytes}) exceeds the staging buffer ({self.capacity})")
-        if self._used + nbytes > self.capacity:
-            self._flush()
-        return memoryview(self._bufs[self._cur])[self._used : self._used + nbytes]
+        try:
+            return self._out.reserve(nbytes)
+        except OSError as exc:  # an earlier write failed
+            raise self._failed(exc) from exc
 
     def advance(self, nbytes: int) -> None:
         """Mark ``nbytes`` of the reserved view as filled."""
-        self._used += nbytes
+        self._count(nbytes)
+        self._out.advance(nbytes)
+
+    def copy_range(self, fd: int, offset: int, nbytes: int, label: str = "") -> None:
+        """Append bytes ``[offset, offset + nbytes)`` of file ``fd`` (named ``label`` in
+        errors) to the current tensor."""
+        self._count(nbytes)
+        try:
+            self._out.copy_range(fd, offset, nbytes, label)
+        except OSError as exc:
+            raise self._failed(exc) from exc
+
+    def _count(self, nbytes: int) -> None:
         if self._in_tensor is not None:
             self._tensor_bytes += nbytes
             exp_name, exp_len = self._expected[self._next]
@@ -178,57 +157,31 @@ class SafetensorsWriter:
             f"{exp_name!r} ({exp_len} bytes) was planned"
         )
 
-    # -- flushing ---------------------------------------------------------------------------
-    def _flush(self) -> None:
-        """Hand the filled buffer to the helper threads and switch to the other buffer."""
-        if not self._used:
-            return
-        self._wait()
-        data = memoryview(self._bufs[self._cur])[: self._used]
-        self._pending = _pool("flush").submit(self._write_and_hash, data, self.size)
-        self.size += self._used
-        self._used = 0
-        self._cur ^= 1
-        if len(self._bufs) == 1:
-            self._bufs.append(bytearray(self.capacity))
+    def _failed(self, exc: OSError) -> CkptError:
+        """Abort and turn a failed write or copy into one line."""
+        self.abort()
+        if isinstance(exc, SourceEnded):
+            return InputError(
+                f"{exc.filename}: {exc.strerror}, before the data its header promises; the shard "
+                "changed or is truncated: re-download it, then --resume"
+            )
+        if isinstance(exc, SourceError):
+            return InputError(
+                f"{exc.filename}: {exc.strerror}; check the disk or re-download the shard"
+            )
+        return _os_error(self.path, exc, "write failed")
 
-    def _write_and_hash(self, data: memoryview, offset: int) -> None:
-        hashing = (
-            _pool("hash").submit(self._hash.update, data)
-            if len(data) >= PARALLEL_HASH_MIN
-            else None
-        )
-        try:
-            done = 0
-            while done < len(data):
-                done += os.write(self._fd, data[done:])  # type: ignore[arg-type]
-        finally:
-            if hashing is not None:
-                hashing.result()
-        if hashing is None:
-            self._hash.update(data)
-        _start_writeback(self._fd, offset, len(data))  # type: ignore[arg-type]
-        fault_point("chunk")
-
-    def _wait(self) -> None:
-        """Wait for the flush in flight; a write error becomes a one-line ``OutputError``."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        try:
-            pending.result()
-        except OSError as exc:
-            self.abort()
-            raise _os_error(self.path, exc, "write failed") from exc
-
+    # -- the end ----------------------------------------------------------------------------
     def commit(self) -> None:
         """Write what is staged, fsync, rename to the final name; hash and size are then final."""
         if self._next != len(self._expected):
             missing = self._expected[self._next][0]
             self.abort()
             raise OutputError(f"{self.path}: internal error: tensor {missing!r} was never written")
-        self._flush()
-        self._wait()
+        try:
+            self.size, sha = self._out.finish()
+        except OSError as exc:
+            raise self._failed(exc) from exc
         try:
             fsync(self._fd)  # type: ignore[arg-type]
             os.close(self._fd)  # type: ignore[arg-type]
@@ -238,25 +191,20 @@ class SafetensorsWriter:
         except OSError as exc:
             self.abort()
             raise _os_error(self.path, exc, "cannot finalize") from exc
-        self.sha256 = self._hash.hexdigest()
-        self._bufs = []
+        self.sha256 = sha
         fault_point("commit")
 
     def abort(self) -> None:
         """Stop, close and remove the temporary file (idempotent, never raises a write error)."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            try:
-                pending.result()
-            except OSError:
-                pass
+        out = getattr(self, "_out", None)
+        if out is not None:
+            out.discard()
         try:
             if self._fd is not None:
                 fd, self._fd = self._fd, None
                 os.close(fd)
         finally:
             self.tmp.unlink(missing_ok=True)
-            self._bufs = []
 
     def __enter__(self) -> SafetensorsWriter:
         return self

@@ -10,7 +10,7 @@ import pytest
 
 from checkpoint_tool.catalog import open_local
 from checkpoint_tool.errors import CkptError, InputError, OutputError
-from checkpoint_tool.execute import execute_plan
+from checkpoint_tool.execute import execute_plan, hashed_output
 from checkpoint_tool.execute import source as source_mod
 from checkpoint_tool.plan.model import OutputTensor, Piece
 
@@ -44,16 +44,28 @@ def _fd_path(fd: int) -> str:
 
 
 @pytest.mark.parametrize("workers", [1, 3])
-def test_disk_full_is_one_line_and_leaves_no_partial_file(setup, tmp_path, monkeypatch, workers):
+@pytest.mark.parametrize("zero_copy_min", [1 << 30, 64])
+def test_disk_full_is_one_line_and_leaves_no_partial_file(
+    setup, tmp_path, monkeypatch, workers, zero_copy_min
+):
     _, plan, cat = setup
-    real_write = os.write
+    monkeypatch.setattr(hashed_output, "ZERO_COPY_MIN", zero_copy_min)
+    real_pwrite, real_copy = os.pwrite, os.copy_file_range
 
-    def full(fd, data):
+    def full(fd):
         if _fd_path(fd).endswith("-of-00003.safetensors.partial"):
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_write(fd, data)
 
-    monkeypatch.setattr(os, "write", full)
+    def pwrite(fd, data, offset):
+        full(fd)
+        return real_pwrite(fd, data, offset)
+
+    def copy_file_range(src, dst, count, offset_src=None, offset_dst=None):
+        full(dst)
+        return real_copy(src, dst, count, offset_src, offset_dst)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    monkeypatch.setattr(os, "copy_file_range", copy_file_range)
     with pytest.raises(OutputError) as err:
         execute_plan(plan, cat, tmp_path / "dst", progress=False, workers=workers)
     assert "disk full" in one_line(err.value) and "--resume" in err.value.message
@@ -126,14 +138,28 @@ def test_source_changed_during_the_run(setup, tmp_path, monkeypatch):
     assert_clean(tmp_path / "dst", plan)
 
 
-def test_read_error_is_one_line(setup, tmp_path, monkeypatch):
-    _, plan, cat = setup
+@pytest.mark.parametrize("zero_copy_min", [1 << 30, 64])
+def test_read_error_is_one_line(setup, tmp_path, monkeypatch, zero_copy_min):
+    root, plan, cat = setup
+    monkeypatch.setattr(hashed_output, "ZERO_COPY_MIN", zero_copy_min)
 
-    def failing(fd, buffers, offset):
+    def failing(*args, **kwargs):
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(os, "preadv", failing)
-    with pytest.raises(InputError, match="read error at byte") as err:
+    monkeypatch.setattr(os, "copy_file_range", failing)
+    with pytest.raises(InputError, match="Input/output error") as err:
+        execute_plan(plan, cat, tmp_path / "dst", progress=False)
+    assert str(root) in one_line(err.value) and "re-download" in err.value.message
+    assert_clean(tmp_path / "dst", plan)
+
+
+def test_source_truncated_while_copying(setup, tmp_path, monkeypatch):
+    """copy_file_range returning 0 (the source ended) is reported, never a short file."""
+    _, plan, cat = setup
+    monkeypatch.setattr(hashed_output, "ZERO_COPY_MIN", 64)
+    monkeypatch.setattr(os, "copy_file_range", lambda *a, **k: 0)
+    with pytest.raises(InputError, match="before the data its header promises") as err:
         execute_plan(plan, cat, tmp_path / "dst", progress=False)
     one_line(err.value)
     assert_clean(tmp_path / "dst", plan)

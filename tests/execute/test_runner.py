@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 
 import pytest
 import torch
 from safetensors import safe_open
 
 from checkpoint_tool.catalog import open_local
-from checkpoint_tool.execute import execute_plan, read_manifest
+from checkpoint_tool.execute import execute_plan, hashed_output, read_manifest
 from checkpoint_tool.execute.manifest import JOURNAL_NAME, MANIFEST_NAME
 
 from .helpers import (
@@ -107,6 +109,40 @@ def test_hash_source_records_full_sha256(source, tmp_path):
     assert m.source_hashing == "full"
     for s in m.source_files:
         assert s.sha256 == hashlib.sha256((root / s.name).read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("zero_copy_min", [64, 1 << 30])
+def test_zero_copy_and_staged_paths_give_the_same_bytes(
+    source, tmp_path, monkeypatch, zero_copy_min
+):
+    """Runs of adjacent source ranges copied by the kernel (hashed from the mapping, in several
+    windows) or staged through the buffers: same files, same manifest."""
+    root, tensors = source
+    plan = tiny_plan(root)
+    execute_plan(plan, open_local(root), tmp_path / "ref", progress=False)
+    monkeypatch.setattr(hashed_output, "ZERO_COPY_MIN", zero_copy_min)
+    monkeypatch.setattr(hashed_output, "MAX_RUN", 300)
+    execute_plan(plan, open_local(root), tmp_path / "dst", progress=False, memory_budget=4 << 20)
+    assert tree_bytes(tmp_path / "ref") == tree_bytes(tmp_path / "dst")
+    got = read_output(tmp_path / "dst")
+    for f in plan.files:
+        for t in f.tensors:
+            assert got[t.name] == expected_bytes(t, tensors), t.name
+
+
+def test_copy_file_range_refused_falls_back(source, tmp_path, monkeypatch):
+    """Another file system (EXDEV) or an old kernel: pread + pwrite, same bytes."""
+    root, _ = source
+    plan = tiny_plan(root)
+    execute_plan(plan, open_local(root), tmp_path / "ref", progress=False)
+    monkeypatch.setattr(hashed_output, "ZERO_COPY_MIN", 64)
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    execute_plan(plan, open_local(root), tmp_path / "dst", progress=False)
+    assert tree_bytes(tmp_path / "ref") == tree_bytes(tmp_path / "dst")
 
 
 @pytest.mark.parametrize("workers", [2, 3])

@@ -1,0 +1,101 @@
+"""HashedOutput: staged bytes and zero-copy runs in any mix give the right file and sha256."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import random
+
+import pytest
+
+from checkpoint_tool.execute import hashed_output
+from checkpoint_tool.execute.hashed_output import HashedOutput
+
+
+@pytest.fixture
+def source(tmp_path):
+    data = random.Random(11).randbytes(20_000)
+    path = tmp_path / "src.bin"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    yield fd, data
+    os.close(fd)
+
+
+def _write(tmp_path, fd_src, data, ops, capacity):
+    """Apply ``ops`` (("stage", bytes) | ("copy", offset, n)); return (file bytes, size, sha)."""
+    path = tmp_path / "out.bin"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    out = HashedOutput(fd, capacity)
+    expected = bytearray()
+    for op in ops:
+        if op[0] == "stage":
+            chunk = op[1]
+            pos = 0
+            while pos < len(chunk):
+                n = min(capacity, len(chunk) - pos)
+                out.reserve(n)[:] = chunk[pos : pos + n]
+                out.advance(n)
+                pos += n
+            expected += chunk
+        else:
+            _, offset, n = op
+            out.copy_range(fd_src, offset, n, "src.bin")
+            expected += data[offset : offset + n]
+    size, sha = out.finish()
+    os.close(fd)
+    return path.read_bytes(), bytes(expected), size, sha
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("zero_copy_min", [1, 500, 1 << 30])
+def test_random_mix_of_staged_and_copied_ranges(tmp_path, source, monkeypatch, seed, zero_copy_min):
+    fd_src, data = source
+    monkeypatch.setattr(hashed_output, "ZERO_COPY_MIN", zero_copy_min)
+    monkeypatch.setattr(hashed_output, "MAX_RUN", 3000)
+    rng = random.Random(seed)
+    ops, pos = [], rng.randrange(1000)
+    for _ in range(40):
+        if rng.random() < 0.3:
+            ops.append(("stage", rng.randbytes(rng.randrange(1, 400))))
+        else:
+            n = rng.randrange(1, 900)
+            if rng.random() < 0.3 or pos + n > len(data):
+                pos = rng.randrange(len(data) - n)  # a jump: the next run starts elsewhere
+            ops.append(("copy", pos, n))
+            pos += n
+    capacity = rng.choice([64, 257, 4096])
+    got, expected, size, sha = _write(tmp_path, fd_src, data, ops, capacity)
+    assert got == expected
+    assert size == len(expected) and sha == hashlib.sha256(expected).hexdigest()
+
+
+def test_refused_copy_file_range_falls_back_to_pread(tmp_path, source, monkeypatch):
+    fd_src, data = source
+    monkeypatch.setattr(hashed_output, "ZERO_COPY_MIN", 1)
+
+    def refuse(*args, **kwargs):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", refuse)
+    ops = [("copy", 0, 5000), ("stage", b"abc"), ("copy", 7000, 9000)]
+    got, expected, _, sha = _write(tmp_path, fd_src, data, ops, 1024)
+    assert got == expected and sha == hashlib.sha256(expected).hexdigest()
+
+
+def test_write_errors_surface_at_the_next_call(tmp_path, source, monkeypatch):
+    fd_src, _ = source
+    monkeypatch.setattr(hashed_output, "ZERO_COPY_MIN", 1)
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "copy_file_range", full)
+    fd = os.open(tmp_path / "o", os.O_RDWR | os.O_CREAT, 0o644)
+    out = HashedOutput(fd, 128)
+    out.copy_range(fd_src, 0, 1000, "src.bin")
+    with pytest.raises(OSError) as err:
+        out.finish()
+    assert err.value.errno == errno.ENOSPC
+    os.close(fd)
