@@ -17,6 +17,7 @@ Example (rank 1 of 2 of an MXFP4 down weight planned as source [7168, 80] + pad 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 
 from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.errors import InputError
@@ -30,12 +31,27 @@ def _axis(dim: int, rank: int) -> int:
 
 def piece_shape(piece: Piece, entry: TensorEntry) -> list[int]:
     """Storage shape a piece produces (its regions, then its pads)."""
-    shape = list(storage_shape(entry.dtype, entry.shape))
-    for r in piece.slices:
-        shape[_axis(r.dim, len(shape))] = r.stop - r.start
-    for p in piece.pads:
-        shape[_axis(p.dim, len(shape))] += p.amount
-    return shape
+    return list(
+        _piece_shape(
+            tuple(storage_shape(entry.dtype, entry.shape)),
+            tuple((r.dim, r.start, r.stop) for r in piece.slices),
+            tuple((p.dim, p.amount) for p in piece.pads),
+        )
+    )
+
+
+@lru_cache(maxsize=65536)
+def _piece_shape(
+    shape: tuple[int, ...],
+    slices: tuple[tuple[int, int, int], ...],
+    pads: tuple[tuple[int, int], ...],
+) -> tuple[int, ...]:
+    out = list(shape)
+    for d, a, b in slices:
+        out[_axis(d, len(out))] = b - a
+    for d, n in pads:
+        out[_axis(d, len(out))] += n
+    return tuple(out)
 
 
 def _source_extent(piece: Piece, entry: TensorEntry, dim: int) -> int:
@@ -48,30 +64,75 @@ def _source_extent(piece: Piece, entry: TensorEntry, dim: int) -> int:
 def narrow_piece(piece: Piece, entry: TensorEntry, dim: int, start: int, stop: int) -> Piece:
     """``piece`` restricted to storage ``[start, stop)`` of ``dim`` (0 <= start <= stop <=
     the piece's extent there)."""
-    rank = len(storage_shape(entry.dtype, entry.shape))
-    dim = _axis(dim, rank)
-    extent = piece_shape(piece, entry)[dim]
-    if not 0 <= start <= stop <= extent:
+    return narrow_shaped(piece, entry, dim, start, stop)[0]
+
+
+def narrow_shaped(
+    piece: Piece, entry: TensorEntry, dim: int, start: int, stop: int
+) -> tuple[Piece, tuple[int, ...]]:
+    """``narrow_piece`` and the storage shape of the result."""
+    key = (
+        tuple(storage_shape(entry.dtype, entry.shape)),
+        tuple([(r.dim, r.start, r.stop) for r in piece.slices]),
+        tuple([(p.dim, p.amount, p.fill) for p in piece.pads]),
+    )
+    try:
+        new_slices, new_pads, shape = _narrowed(*key, dim, start, stop)
+    except ValueError as exc:
         raise InputError(
-            f"{entry.name}: range [{start}, {stop}) is outside dim {dim} of its planned piece "
-            f"({extent}); the plan is inconsistent, re-plan"
-        )
-    src = _source_extent(piece, entry, dim)
-    slices = list(piece.slices)
+            f"{entry.name}: {exc} of its planned piece; the plan is inconsistent, re-plan"
+        ) from None
+    return Piece(source=piece.source, slices=list(new_slices), pads=list(new_pads)), shape
+
+
+@lru_cache(maxsize=65536)
+def _narrowed(
+    shape: tuple[int, ...],
+    slices: tuple[tuple[int, int, int], ...],
+    pads: tuple[tuple[int, int, str], ...],
+    dim: int,
+    start: int,
+    stop: int,
+) -> tuple[tuple[Region, ...], tuple[Pad, ...], tuple[int, ...]]:
+    """Regions, pads and storage shape of a narrowed piece, from plain values (cached: the
+    experts of a layer are cut alike, so a full-size plan computes each cut once)."""
+    rank = len(shape)
+    dim = _axis(dim, rank)
+    cur = list(shape)
+    for d, a, b in slices:
+        cur[_axis(d, rank)] = b - a
+    src = cur[dim]
+    extent = src + sum(n for d, n, _ in pads if _axis(d, rank) == dim)
+    if not 0 <= start <= stop <= extent:
+        raise ValueError(f"range [{start}, {stop}) is outside dim {dim} ({extent})")
+    new_slices = [_region(_axis(d, rank), a, b) for d, a, b in slices]
     a, b = min(start, src), min(stop, src)
     if (a, b) != (0, src):
-        slices.append(Region(dim=dim, start=a, stop=b))
-    pads: list[Pad] = []
+        new_slices.append(_region(dim, a, b))
+    new_pads: list[Pad] = []
     pos = src
-    for pad in piece.pads:
-        if _axis(pad.dim, rank) != dim:
-            pads.append(pad)
+    for d, amount, fill in pads:
+        if _axis(d, rank) != dim:
+            new_pads.append(_pad(_axis(d, rank), amount, fill))
             continue
-        lo, hi = max(start, pos), min(stop, pos + pad.amount)
+        lo, hi = max(start, pos), min(stop, pos + amount)
         if hi > lo:
-            pads.append(Pad(dim=dim, amount=hi - lo, fill=pad.fill))
-        pos += pad.amount
-    return Piece(source=piece.source, slices=slices, pads=pads)
+            new_pads.append(_pad(dim, hi - lo, fill))
+        pos += amount
+    out = list(cur)
+    out[dim] = stop - start
+    return tuple(new_slices), tuple(new_pads), tuple(out)
+
+
+@lru_cache(maxsize=4096)
+def _region(dim: int, start: int, stop: int) -> Region:
+    """Shared (never mutated) regions: a full-size plan cuts the same range from 100k pieces."""
+    return Region(dim=dim, start=start, stop=stop)
+
+
+@lru_cache(maxsize=4096)
+def _pad(dim: int, amount: int, fill: str) -> Pad:
+    return Pad(dim=dim, amount=amount, fill=fill)
 
 
 def narrow(
@@ -100,11 +161,23 @@ def narrow(
 
 
 def pieces_shape(
-    pieces: list[Piece], entries: Mapping[str, TensorEntry], combine: str, axis: int
+    pieces: list[Piece],
+    entries: Mapping[str, TensorEntry],
+    combine: str,
+    axis: int,
+    shapes: list[tuple[int, ...]] | None = None,
 ) -> list[int]:
-    """Storage shape of ``pieces`` combined (``single`` / ``concat`` on ``axis`` / ``stack``)."""
-    shapes = [piece_shape(p, entries[p.source]) for p in pieces]
+    """Storage shape of ``pieces`` combined (``single`` / ``concat`` on ``axis`` / ``stack``);
+    ``shapes``: the pieces' own shapes when the caller already knows them."""
+    if shapes is None:
+        shapes = [tuple(piece_shape(p, entries[p.source])) for p in pieces]
     if combine == "stack":
+        odd = next((i for i, s in enumerate(shapes) if tuple(s) != tuple(shapes[0])), None)
+        if odd is not None:
+            raise InputError(
+                f"cannot stack {pieces[odd].source!r} {list(shapes[odd])} with "
+                f"{pieces[0].source!r} {list(shapes[0])}: the experts differ in shape"
+            )
         return [len(shapes), *shapes[0]]
     out = list(shapes[0])
     if combine == "concat":

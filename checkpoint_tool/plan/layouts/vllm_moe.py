@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from checkpoint_tool.errors import InputError, UsageError
 from checkpoint_tool.model import MoeLayerFacts
-from checkpoint_tool.plan.layouts.narrow import narrow
+from checkpoint_tool.plan.layouts.narrow import narrow_shaped, piece_shape
 from checkpoint_tool.plan.layouts.vllm_params import Param, ParamBuilder
 from checkpoint_tool.plan.model import DroppedTensor, OutputTensor, Piece
 from checkpoint_tool.quant.resolve import storage_key
@@ -46,6 +46,9 @@ if TYPE_CHECKING:
     from checkpoint_tool.quant.scheme import Scheme
 
 PER_EXPERT_RULE = "vllm_sharded_per_expert"
+#: (codec id, logical shape, dim, rank) -> storage regions; codecs live as long as the plan
+#: context, so the cache is cleared per layer (moe_params)
+_REGIONS: dict[tuple, dict] = {}
 
 
 def moe_params(b: ParamBuilder, site: MoeSite, layer: MoeLayerFacts) -> list[Param]:
@@ -56,6 +59,7 @@ def moe_params(b: ParamBuilder, site: MoeSite, layer: MoeLayerFacts) -> list[Par
             "tensors; --layout vllm-sharded needs one tensor per expert and projection (vLLM "
             "quantizes the fused experts it builds for this config): use --layout hf"
         )
+    _REGIONS.clear()
     slots = range(site.slots)
     modules = {
         (e, proj): layer.routed_module(e, proj) for e in slots for proj in ("gate", "up", "down")
@@ -131,21 +135,29 @@ def _logical(b: ParamBuilder, codec: Any, site: MoeSite, module: str, proj: str)
 
 def _slice(
     b: ParamBuilder, codec: Any, role: str, logical: tuple, dim: int, rank: int, t: OutputTensor
-) -> Piece:
-    """Rank ``rank``'s share of intermediate dim ``dim`` of one expert tensor, one piece."""
-    pieces = list(t.pieces)
-    if role in getattr(codec, "roles", ()):
-        size = logical[dim] // b.tp
-        region = codec.storage_regions(logical, dim, rank * size, (rank + 1) * size, name=t.name)
-        r = region.get(role)
-        if r is not None:
-            pieces = narrow(t, b.entries, r.dim, r.start, r.stop)
-    if len(pieces) != 1:
+) -> tuple[Piece, tuple[int, ...]]:
+    """Rank ``rank``'s share of intermediate dim ``dim`` of one expert tensor: one piece, and
+    its storage shape."""
+    if len(t.pieces) != 1:
         raise UsageError(
-            f"{t.name}: its rank slice spans {len(pieces)} source pieces; --layout vllm-sharded "
+            f"{t.name}: planned from {len(t.pieces)} source pieces; --layout vllm-sharded "
             "cannot stack it into an expert parameter (use --layout hf)"
         )
-    return pieces[0]
+    piece = t.pieces[0]
+    entry = b.entries[piece.source]
+    region = None
+    if role in getattr(codec, "roles", ()):
+        key = (id(codec), logical, dim, rank)
+        regions = _REGIONS.get(key)
+        if regions is None:  # the same for every expert of a layer: compute once
+            size = logical[dim] // b.tp
+            regions = codec.storage_regions(logical, dim, rank * size, (rank + 1) * size,
+                                            name=t.name)  # fmt: skip
+            _REGIONS[key] = regions
+        region = regions.get(role)
+    if region is None:
+        return piece, tuple(piece_shape(piece, entry))
+    return narrow_shaped(piece, entry, region.dim, region.start, region.stop)
 
 
 def _w13(
@@ -161,7 +173,6 @@ def _w13(
     want: tuple,
 ) -> Param:
     key = b.keys.key(site.vllm, name)
-    used: list[str] = []
     if single:
         for e in range(site.slots):
             gate = b.index.drop(f"{modules[e, 'gate']}.{p}")
@@ -176,22 +187,14 @@ def _w13(
                         ),
                     )
                 )
-    ranks = []
-    for r in range(b.tp):
-        pieces = []
-        for e in range(site.slots):
-            projs = ("up",) if single else ("gate", "up")
-            for proj in projs:
-                t = b.index.take(f"{modules[e, proj]}.{p}")
-                if r == 0:
-                    used.append(t.name)
-                pieces.append(_slice(b, codec, role, logical[e, proj], 0, r, t))
-        like = b.index.get(f"{modules[0, 'up']}.{p}")
-        assert like is not None
-        ops = [f"vllm routed experts rank {r}/{b.tp}: {site.slots} experts x [gate | up] rows"]
-        ranks.append(b.tensor(key, like, pieces, "stack", 0, want, ops, site.layer))
-    padded = any(b.index.is_padded(n) for n in used)
-    return Param(key, ranks, used, expert=True, padded=padded)
+    projs = ("up",) if single else ("gate", "up")
+    items = [
+        (b.index.take(f"{modules[e, proj]}.{p}"), logical[e, proj])
+        for e in range(site.slots)
+        for proj in projs
+    ]
+    what = f"{site.slots} experts x [gate | up] rows"
+    return _stacked(b, site, key, items, codec, role, 0, want, what)
 
 
 def _w2(
@@ -206,18 +209,32 @@ def _w2(
     want: tuple,
 ) -> Param:
     key = b.keys.key(site.vllm, name)
-    used: list[str] = []
+    items = [
+        (b.index.take(f"{modules[e, 'down']}.{p}"), logical[e, "down"]) for e in range(site.slots)
+    ]
+    what = f"{site.slots} experts x down columns"
+    return _stacked(b, site, key, items, codec, role, 1, want, what)
+
+
+def _stacked(
+    b: ParamBuilder,
+    site: MoeSite,
+    key: str,
+    items: list[tuple[OutputTensor, tuple]],
+    codec: Any,
+    role: str,
+    dim: int,
+    want: tuple,
+    what: str,
+) -> Param:
+    """Each rank: the rank's share of ``dim`` of every item, stacked (one piece per item)."""
     ranks = []
     for r in range(b.tp):
-        pieces = []
-        for e in range(site.slots):
-            t = b.index.take(f"{modules[e, 'down']}.{p}")
-            if r == 0:
-                used.append(t.name)
-            pieces.append(_slice(b, codec, role, logical[e, "down"], 1, r, t))
-        like = b.index.get(f"{modules[0, 'down']}.{p}")
-        assert like is not None
-        ops = [f"vllm routed experts rank {r}/{b.tp}: {site.slots} experts x down columns"]
-        ranks.append(b.tensor(key, like, pieces, "stack", 0, want, ops, site.layer))
+        sliced = [_slice(b, codec, role, logical, dim, r, t) for t, logical in items]
+        pieces = [piece for piece, _ in sliced]
+        shapes = [shape for _, shape in sliced]
+        ops = [f"vllm routed experts rank {r}/{b.tp}: {what}"]
+        ranks.append(b.tensor(key, items[-1][0], pieces, "stack", 0, want, ops, site.layer, shapes))
+    used = [t.name for t, _ in items]
     padded = any(b.index.is_padded(n) for n in used)
     return Param(key, ranks, used, expert=True, padded=padded)

@@ -88,11 +88,13 @@ class ParamBuilder:
         want: Sequence[int],
         ops: list[str],
         layer: int | None = None,
+        shapes: list[tuple[int, ...]] | None = None,
     ) -> OutputTensor:
-        """An output tensor of ``pieces``, checked against the spec's storage shape ``want``."""
+        """An output tensor of ``pieces``, checked against the spec's storage shape ``want``
+        (``shapes``: the pieces' shapes, when known)."""
         if len(pieces) == 1 and combine != "stack":
             combine, axis = "single", 0
-        got = pieces_shape(pieces, self.entries, combine, axis)
+        got = pieces_shape(pieces, self.entries, combine, axis, shapes)
         want = list(want)
         same = got == want or (
             combine == "stack"
