@@ -168,12 +168,31 @@ def _unused_patterns(ctx: ValidationContext, modules: set[str]) -> list[Issue]:
     return out
 
 
-def _layer_indices(names: Iterable[str]) -> dict[int, int]:
+def layer_pattern(facts) -> re.Pattern[str]:
+    """Regex whose group 1 is the decoder layer index of a tensor name.
+
+    The decoder root comes from the MoE layer prefixes (``model.layers`` /
+    ``model.language_model.layers`` / DeepSeek-V4 ``layers``) so that other stacks with
+    ``layers`` in their names (vision towers) are not counted; without MoE layers, any
+    ``layers.N.`` counts.
+    """
+    roots = set()
+    for m in facts.moe_layers:
+        marker = f".{m.layer}."
+        if not m.is_mtp and marker in f"{m.prefix}.":
+            roots.add(f"{m.prefix}.".split(marker, 1)[0])
+    if not roots:
+        return _LAYER_RE
+    alternatives = "|".join(re.escape(r) for r in sorted(roots))
+    return re.compile(rf"^(?:{alternatives})\.(\d+)\.")
+
+
+def _layer_indices(names: Iterable[str], pattern: re.Pattern[str]) -> dict[int, int]:
     found: dict[int, int] = {}
     for n in names:
         if n.startswith("mtp."):
             continue
-        m = _LAYER_RE.search(n)
+        m = pattern.search(n)
         if m:
             found[int(m.group(1))] = found.get(int(m.group(1)), 0) + 1
     return found
@@ -184,7 +203,7 @@ def check_layers_present(ctx: ValidationContext) -> list[Issue]:
     _skip_sharded(ctx)
     facts = ctx.facts()
     n = int(facts.num_hidden_layers)
-    found = _layer_indices(ctx.all_names)
+    found = _layer_indices(ctx.all_names, layer_pattern(facts))
     out = []
     missing = [i for i in range(n) if i not in found]
     if missing:
@@ -274,8 +293,9 @@ def check_tensors_explained(ctx: ValidationContext) -> list[Issue]:
     names = ctx.all_names
     out: list[Issue] = []
     n_layers = int(facts.num_hidden_layers) + int(getattr(facts, "num_mtp_layers", 0) or 0)
+    pattern = layer_pattern(facts)
     for name in sorted(names):
-        m = _LAYER_RE.search(name)
+        m = pattern.search(name)
         if m and not name.startswith("mtp.") and int(m.group(1)) >= n_layers:
             out.append(
                 _err(
@@ -285,7 +305,7 @@ def check_tensors_explained(ctx: ValidationContext) -> list[Issue]:
                     file=_file(ctx, name),
                 )
             )
-    out.extend(_extra_experts(ctx, facts, names))
+    out.extend(_extra_experts(ctx, facts, names, pattern))
     try:
         out.extend(relayed(ctx, "tensors_explained"))
     except Unavailable:
@@ -293,7 +313,9 @@ def check_tensors_explained(ctx: ValidationContext) -> list[Issue]:
     return out
 
 
-def _extra_experts(ctx: ValidationContext, facts, names: set[str]) -> list[Issue]:
+def _extra_experts(
+    ctx: ValidationContext, facts, names: set[str], pattern: re.Pattern[str]
+) -> list[Issue]:
     layers = {layer.prefix: layer for layer in facts.moe_layers}
     out = []
     reported: set[tuple[str, int]] = set()
@@ -305,7 +327,7 @@ def _extra_experts(ctx: ValidationContext, facts, names: set[str]) -> list[Issue
         prefix, e = m.group("prefix"), int(m.group("e"))
         layer = layers.get(prefix)
         if layer is None:
-            if _LAYER_RE.search(name) and (prefix, -1) not in reported:
+            if pattern.search(name) and (prefix, -1) not in reported:
                 reported.add((prefix, -1))
                 out.append(
                     _err(

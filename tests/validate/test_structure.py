@@ -232,3 +232,20 @@ def test_missing_config_json(ckpt: Path) -> None:
     checks = {c.id: c for c in report.checks}
     assert checks["scale_values"].status.value == "passed"
     assert checks["experts_present"].status.value == "skipped"
+
+
+@pytest.mark.parametrize(
+    ("name", "flagged"),
+    [
+        ("model.layers.5.mlp.down_proj.weight", True),  # layer 5 of a 2-layer model
+        ("model.vision_tower.layers.5.input_layernorm.weight", False),  # another stack
+    ],
+)
+def test_layers_beyond_the_config(tmp_path: Path, name: str, flagged: bool) -> None:
+    def add(table: dict, config: dict) -> None:
+        table[name] = table["model.norm.weight"]
+
+    report = validate_checkpoint(build_checkpoint(tmp_path / "c", mutate=add))
+    hits = [f.tensor for f in findings(report, "tensors_explained")]
+    assert hits == ([name] if flagged else [])
+    assert report.exit_code == int(flagged)
