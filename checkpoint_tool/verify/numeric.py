@@ -2,7 +2,8 @@
 
 Per sampled MoE layer (``verify.sampling``):
 
-1. seeded random hidden states ``x [tokens, H]`` (float32; bf16 on a GPU, as vLLM runs);
+1. seeded random hidden states ``x [tokens, H]`` (float32; bf16 for the Triton kernels on a
+   GPU, as vLLM runs them; the torch backend stays float32 everywhere);
 2. routing with each checkpoint's own router (gate weight, ``e_score_correction_bias``,
    config.json routing fields), on the CPU in float32 for both: tokens whose experts differ
    between source and converted router are counted;
@@ -115,6 +116,11 @@ def check_numeric(
     )
 
 
+def bf16_activations(backend: Backend, device: str) -> bool:
+    """The Triton kernels take bf16 activations on a GPU (as vLLM); everything else float32."""
+    return backend == "triton" and device != "cpu"
+
+
 def hidden_states(tokens: int, hidden: int, seed: int, layer: int) -> torch.Tensor:
     """Seeded float32 ``[tokens, hidden]`` standard normal inputs, distinct per layer."""
     gen = torch.Generator().manual_seed(seed * 1_000_003 + layer)
@@ -143,8 +149,8 @@ def _check_layer(
     )
     layer = policy.layer
     x = hidden_states(options.tokens, src.facts.hidden_size, options.seed, layer)
-    act_dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    x = x.to(act_dtype).float()  # the reference sees exactly the runtime's input values
+    bf16 = bf16_activations(options.backend, device)
+    x = x.to(torch.bfloat16 if bf16 else torch.float32).float()  # the reference sees these
     try:  # the source side: a problem here means the layer cannot be checked
         src_routing, src_router = src.routing(), src.router(layer)
         ids_s, w_s = route(x, src_router.weight, src_routing, src_router.bias)
@@ -174,7 +180,7 @@ def _check_layer(
         got = _runtime(x, ranks, dst.presliced, dst_routing, topk, options.backend, device, tp)
     except CkptError as exc:
         return _failed(result, f"converted: {exc.message}", t0)
-    tol = tolerance_for(_schemes(ranks[0]), device=device)
+    tol = tolerance_for(_schemes(ranks[0]), bf16_activations=bf16)
     diff = (got.double() - ref.double()).abs()
     ref_norm = float(ref.double().norm())
     ref_max = float(ref.double().abs().max())
@@ -225,7 +231,8 @@ def _runtime(
 
     if device != "cpu":
         ranks = [r.to(device) for r in ranks]
-    act = x if device == "cpu" else x.to(device, torch.bfloat16)
+    dtype = torch.bfloat16 if bf16_activations(backend, device) else torch.float32
+    act = x.to(device, dtype)
     topk = (topk[0].to(device), topk[1].to(device))
     if presliced:
         prepared = prepare_moe(ranks, backend=backend)

@@ -12,12 +12,12 @@ FP8_W8A8 = Scheme(format=WeightFormat.FP8_BLOCK, block=(128, 128), activation="d
 FP8_WO = Scheme(format=WeightFormat.FP8_BLOCK, block=(128, 128))
 
 
-def test_tolerance_by_format_and_device() -> None:
-    wo = tolerance_for([MXFP4, MXFP4], device="cpu")
-    w8 = tolerance_for([MXFP4, FP8_W8A8], device="cpu")
-    gpu = tolerance_for([MXFP4], device="cuda")
+def test_tolerance_by_format_and_activations() -> None:
+    wo = tolerance_for([MXFP4, MXFP4], bf16_activations=False)
+    w8 = tolerance_for([MXFP4, FP8_W8A8], bf16_activations=False)
+    gpu = tolerance_for([MXFP4], bf16_activations=True)
     assert wo.rel == 2e-5 and wo.max_rel == 1e-4 and "weight-only" in wo.basis
-    assert tolerance_for([FP8_WO], device="cpu").rel == wo.rel
+    assert tolerance_for([FP8_WO], bf16_activations=False).rel == wo.rel
     assert w8.rel == 1e-3 and "w8a8" in w8.basis
     assert gpu.rel == 1e-2 and "bf16" in gpu.basis
     assert wo.rel < w8.rel < gpu.rel

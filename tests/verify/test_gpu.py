@@ -1,0 +1,54 @@
+"""The numeric check on a CUDA GPU: compiled Triton kernels with bf16 activations (skipped
+without CUDA). Tolerances are bf16-level there; the torch backend stays float32."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from checkpoint_tool.verify import VerifyOptions, verify_checkpoint
+
+from . import corrupt
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+GPU = VerifyOptions(lossless=False, device="cuda", backend="triton", tokens=64)
+
+
+@pytest.mark.parametrize(
+    "preset", ["quark-mxfp4", "deepseek-v3-fp8", "quark-nvfp4", "quark-hybrid"]
+)
+def test_gpu_triton_passes(converted, preset: str) -> None:
+    src, dst = converted(preset, tp=2)
+    report = verify_checkpoint(dst, str(src), GPU)
+    assert report.numeric.device == "cuda"
+    for layer in report.numeric.layers:
+        print(
+            f"{preset} layer {layer.layer}: rel {layer.rel_error:.2e} max {layer.max_rel_error:.2e}"
+        )
+        assert layer.status == "passed", layer.message
+        assert layer.rel_tolerance == 1e-2 and "bf16 activations" in layer.tolerance_basis
+
+
+def test_gpu_torch_backend_stays_float32(converted) -> None:
+    src, dst = converted("quark-hybrid", tp=2)
+    report = verify_checkpoint(dst, str(src), GPU.model_copy(update={"backend": "torch"}))
+    for layer in report.numeric.layers:
+        assert layer.status == "passed", layer.message
+        assert layer.rel_tolerance <= 1e-3 and "float32 activations" in layer.tolerance_basis
+
+
+def test_gpu_catches_a_flipped_expert(converted, dst_copy) -> None:
+    src, dst = converted("quark-mxfp4", tp=2)
+    bad = dst_copy(dst)
+    corrupt.flip_bytes(bad, "model.layers.1.mlp.experts.3.up_proj.weight", 5 * 128, 64)
+    (layer,) = verify_checkpoint(
+        bad, str(src), GPU.model_copy(update={"layers": [1]})
+    ).numeric.layers
+    assert layer.status == "failed"
+
+
+def test_gpu_sharded(converted) -> None:
+    src, dst = converted("quark-mxfp4", tp=2, layout="vllm-sharded")
+    report = verify_checkpoint(dst, str(src), GPU)
+    assert report.passed and report.numeric.layout == "vllm-sharded"
