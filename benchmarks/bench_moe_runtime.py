@@ -38,13 +38,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
-from checkpoint_tool.runtime.activation import quantize_per_token_group
 from checkpoint_tool.runtime.align import align_rows
 from checkpoint_tool.runtime.kernels import (
     MoeConfigs,
     choose_configs,
     down_weighted,
     gate_up_silu,
+    quantize_fp8_groups,
 )
 from checkpoint_tool.runtime.moe import PreparedMoe, prepare_moe, run_prepared
 from checkpoint_tool.runtime.routing import RoutingConfig, route
@@ -225,11 +225,12 @@ def gemm_fn(prepared: PreparedMoe, x: torch.Tensor, topk, configs: MoeConfigs | 
     aligned = align_rows(ids, group.gate.num_experts, cfgs.block_m)
     w8a8_in = group.gate.fmt is KernelFormat.FP8_W8A8
     w8a8_mid = group.down.fmt is KernelFormat.FP8_W8A8
-    a, a_s = quantize_per_token_group(x) if w8a8_in else (x, None)
+    a, a_s = quantize_fp8_groups(x) if w8a8_in else (x, None)
+    h_dtype = torch.float32 if w8a8_mid else x.dtype
 
     def run() -> torch.Tensor:
-        h = gate_up_silu(a, a_s, group.gate, group.up, aligned, cfgs.gate_up, out_dtype=x.dtype)
-        h, h_s = quantize_per_token_group(h) if w8a8_mid else (h, None)
+        h = gate_up_silu(a, a_s, group.gate, group.up, aligned, cfgs.gate_up, out_dtype=h_dtype)
+        h, h_s = quantize_fp8_groups(h) if w8a8_mid else (h, None)
         return down_weighted(h, h_s, group.down, aligned, weights, cfgs.down, out_dtype=x.dtype)
 
     return run, cfgs

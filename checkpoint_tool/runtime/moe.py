@@ -24,7 +24,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -211,7 +211,12 @@ def _group_triton(
     configs: object | None,
 ) -> torch.Tensor:
     from checkpoint_tool.runtime.align import align_rows
-    from checkpoint_tool.runtime.kernels import choose_configs, down_weighted, gate_up_silu
+    from checkpoint_tool.runtime.kernels import (
+        choose_configs,
+        down_weighted,
+        gate_up_silu,
+        quantize_fp8_groups,
+    )
 
     assert group.gate is not None and group.up is not None and group.down is not None
     num_tokens, top_k = ids.shape
@@ -227,9 +232,11 @@ def _group_triton(
         device=x.device,
     )
     aligned = align_rows(ids, group.gate.num_experts, cfgs.block_m)
-    a, a_scale = _kernel_input(x, group.gate, io_dtype)
-    h = gate_up_silu(a, a_scale, group.gate, group.up, aligned, cfgs.gate_up, out_dtype=io_dtype)
-    h, h_scale = _kernel_input(h, group.down, io_dtype)
+    a, a_scale = _kernel_input(x, group.gate, io_dtype, quantize_fp8_groups)
+    # a w8a8 down projection quantizes the float32 intermediate (no bf16 rounding first)
+    h_dtype = torch.float32 if group.down.fmt is KernelFormat.FP8_W8A8 else io_dtype
+    h = gate_up_silu(a, a_scale, group.gate, group.up, aligned, cfgs.gate_up, out_dtype=h_dtype)
+    h, h_scale = _kernel_input(h, group.down, io_dtype, quantize_fp8_groups)
     y = down_weighted(
         h, h_scale, group.down, aligned, weights.reshape(-1), cfgs.down, out_dtype=io_dtype
     )
@@ -237,10 +244,10 @@ def _group_triton(
 
 
 def _kernel_input(
-    a: torch.Tensor, w: StackedWeights, io_dtype: torch.dtype
+    a: torch.Tensor, w: StackedWeights, io_dtype: torch.dtype, quantize: Callable
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     if w.fmt is KernelFormat.FP8_W8A8:
-        return quantize_per_token_group(a)
+        return quantize(a.contiguous())
     return a.to(io_dtype).contiguous(), None
 
 

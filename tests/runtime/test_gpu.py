@@ -79,3 +79,23 @@ def test_gpu_deterministic_and_graph_capturable() -> None:
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(a, c)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
+def test_gpu_fp4_float32_decode_path(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exact-everywhere float32 decode (CKPT_FP4_DECODE=f32) agrees as well."""
+    monkeypatch.setenv("CKPT_FP4_DECODE", "f32")
+    gpu, x, topk, ref = _case(fmt, 24, seed=13)
+    assert rel_err(run_moe(x, gpu, ROUTING, topk=topk), ref) < 8e-3
+
+
+def test_gpu_fp8_group_quant_matches_torch() -> None:
+    from checkpoint_tool.runtime.activation import quantize_per_token_group
+    from checkpoint_tool.runtime.kernels import quantize_fp8_groups
+
+    x = torch.randn(37, 700, device="cuda") * torch.rand(37, 1, device="cuda") * 30
+    q, s = quantize_fp8_groups(x)
+    q_ref, s_ref = quantize_per_token_group(x)
+    torch.testing.assert_close(s, s_ref, rtol=0, atol=0)
+    mismatch = (q.float() != q_ref.float()).float().mean().item()
+    assert mismatch < 1e-3, f"{mismatch:.2e} of the FP8 codes differ"

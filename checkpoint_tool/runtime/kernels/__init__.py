@@ -31,6 +31,7 @@ except ImportError as exc:  # pragma: no cover - depends on the install
     ) from exc
 
 from checkpoint_tool.runtime.kernels.config import GemmConfig, MoeConfigs, choose_configs
+from checkpoint_tool.runtime.kernels.elementwise import quantize_fp8_groups, reduce_split_k
 from checkpoint_tool.runtime.kernels.grouped_gemm import INTERPRETED
 from checkpoint_tool.runtime.kernels.launch import down_weighted, gate_up_silu
 
@@ -41,4 +42,6 @@ __all__ = [
     "choose_configs",
     "down_weighted",
     "gate_up_silu",
+    "quantize_fp8_groups",
+    "reduce_split_k",
 ]

@@ -1,8 +1,8 @@
 """Tile shapes of the grouped GEMM, chosen from the problem shape only (never from data).
 
-Two regimes: *decode* (few rows per expert: ``block_m`` 16, streaming weight tiles with deep
-pipelining, split-K when too few programs would cover the GPU) and *prefill* (many rows per
-expert: ``block_m`` 64, wide tiles for the tensor cores). The Triton interpreter gets small
+Two regimes: *decode* (few rows per expert: ``block_m`` 16, streaming weight tiles,
+split-K when too few programs would cover the GPU) and *prefill* (many rows per expert:
+``block_m`` 64-128, wide tiles for the tensor cores). The Triton interpreter gets small
 tiles so CPU tests stay fast.
 
 Example::
@@ -22,6 +22,7 @@ import torch
 from checkpoint_tool.runtime.stack import KernelFormat
 
 _FP4 = (KernelFormat.MXFP4, KernelFormat.NVFP4)
+_FP8 = (KernelFormat.FP8, KernelFormat.FP8_W8A8)
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,14 @@ def choose_configs(
         return MoeConfigs(_interpreter(fmt_gate_up), _interpreter(fmt_down))
     active = max(1, min(num_experts, rows))
     rows_per_expert = rows / active
-    block_m = 16 if rows_per_expert <= 24 else (32 if rows_per_expert <= 48 else 64)
+    if rows_per_expert <= 24:
+        block_m = 16
+    elif rows_per_expert <= 48:
+        block_m = 32
+    elif rows_per_expert <= 96 or fmt_gate_up in _FP8:
+        block_m = 64
+    else:
+        block_m = 128  # wide M amortizes the FP4 decode and feeds the tensor cores (bf16)
     sms = _num_sms(torch.device(device))
     gate_up = _gpu(fmt_gate_up, block_m, intermediate, hidden, active, sms)
     down = _gpu(fmt_down, block_m, hidden, intermediate, active, sms)
@@ -76,12 +84,15 @@ def _interpreter(fmt: KernelFormat) -> GemmConfig:
 
 
 def _gpu(fmt: KernelFormat, block_m: int, n: int, k: int, active: int, sms: int) -> GemmConfig:
-    if block_m <= 32:
+    """Tiles from one sweep on an H200 (benchmarks/bench_moe_runtime.py --sweep)."""
+    if block_m <= 32:  # decode: stream weights; bf16/FP4 3 stages, FP8 deeper (small tiles)
         block_k = 256 if fmt in _FP4 else 128
-        cfg = GemmConfig(block_m, 64, block_k, num_warps=4, num_stages=4)
+        stages = 5 if fmt in _FP8 else 3
+        cfg = GemmConfig(block_m, 64, block_k, num_warps=4, num_stages=stages)
+    elif fmt in _FP8:
+        cfg = GemmConfig(block_m, 256, 128, num_warps=8, num_stages=3)
     else:
-        block_k = 128 if fmt in (*_FP4, KernelFormat.FP8, KernelFormat.FP8_W8A8) else 64
-        cfg = GemmConfig(block_m, 128, block_k, num_warps=8 if fmt in _FP4 else 4, num_stages=3)
+        cfg = GemmConfig(block_m, 128, 128 if fmt in _FP4 else 64, num_warps=8, num_stages=3)
     if block_m > 16:
         return cfg
     programs = active * -(-n // cfg.block_n)

@@ -13,7 +13,8 @@ decoded inside the K loop:
 - ``MXFP4`` / ``NVFP4``: packed nibbles decoded with bit operations (code -> fp16 bits ->
   f32 x scale x 2^14), E8M0 group scale (32) or E4M3 group scale (16) and, for NVFP4, the
   per-expert global scale applied to the accumulator. Low nibbles (even K) and high nibbles
-  (odd K) form two dots against the even and odd activation columns.
+  (odd K) are decoded two codes per 32-bit operation and meet the even and odd activation
+  columns (split from one contiguous activation tile) in two dots.
 
 ``GATED`` computes gate and up tiles of the same rows and writes ``silu(gate) * up``;
 ``APPLY_TOPK`` multiplies by the router weight of each row (the down projection's epilogue).
@@ -38,27 +39,73 @@ FMT_NVFP4: tl.constexpr = tl.constexpr(4)
 
 
 def _fp4_tile_py(
-    packed,
+    words,
     scale,
     IS_MX: tl.constexpr,
-    KP: tl.constexpr,
+    BF16_LANES: tl.constexpr,
+    NG: tl.constexpr,
+    GB: tl.constexpr,
     BLOCK_N: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
 ):
-    """Packed bytes ``[G, GB, BN]`` + group scales ``[G, BN]`` -> (even K, odd K) ``[KP, BN]``."""
-    if IS_MX:
-        s = (scale.to(tl.uint32) << 23).to(tl.float32, bitcast=True)
+    """Packed FP4 ``[BN, NG, GB/4]`` int32 words + group scales ``[BN, NG]`` -> the weights of
+    the even K columns (low nibbles) and of the odd ones (high nibbles), each ``[NG * GB, BN]``.
+
+    Each 32-bit operation decodes two codes into two 16-bit lanes. A code ``(s, e1 e0 m)`` put
+    in the bits (sign, exponent low bits, mantissa high bit) of a 16-bit float is the e2m1 value
+    times a power of two, for every code (the e2m1 subnormal 0.5 lands on a subnormal):
+
+    - ``BF16_LANES`` (GPU fast path): bf16 lanes are ``value * 2^-126``; times ``2^126`` then
+      the group scale (E8M0 as bf16 bits, E4M3 -> bf16): exact bf16 products;
+    - otherwise: fp16 lanes are ``value * 2^-14``, upcast to float32, times ``2^14 * scale``
+      (exact too; the interpreter's bf16 emulation flushes bf16 subnormals, fp16 is safe).
+    """
+    w = words.to(tl.uint32, bitcast=True)
+    t01 = (w & 0xFF) | ((w & 0xFF00) << 8)  # bytes 0, 1 in the two 16-bit lanes
+    t23 = ((w >> 16) & 0xFF) | ((w >> 8) & 0xFF0000)  # bytes 2, 3
+    if BF16_LANES:
+        MAG: tl.constexpr = 6  # e1 e0 m -> bf16 bits 8..6
     else:
-        s = scale.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-    # code bits (sign, e1 e0 m) placed in fp16 (sign, exponent low bits, mantissa high bit):
-    # fp16 value = e2m1 value * 2^-14 for every code, normal and subnormal alike
-    s = (s * 16384.0)[:, None, :]
-    b = packed.to(tl.uint16)
-    lo = (((b & 7) << 9) | ((b & 8) << 12)).to(tl.float16, bitcast=True).to(tl.float32) * s
-    hi = (((b & 0x70) << 5) | ((b & 0x80) << 8)).to(tl.float16, bitcast=True).to(tl.float32) * s
-    lo = tl.reshape(lo, (KP, BLOCK_N)).to(DOT_DTYPE)
-    hi = tl.reshape(hi, (KP, BLOCK_N)).to(DOT_DTYPE)
+        MAG: tl.constexpr = 9  # -> fp16 bits 11..9
+    lo01 = ((t01 & 0x00070007) << MAG) | ((t01 & 0x00080008) << 12)
+    hi01 = ((t01 & 0x00700070) << (MAG - 4)) | ((t01 & 0x00800080) << 8)
+    lo23 = ((t23 & 0x00070007) << MAG) | ((t23 & 0x00080008) << 12)
+    hi23 = ((t23 & 0x00700070) << (MAG - 4)) | ((t23 & 0x00800080) << 8)
+    if BF16_LANES:
+        if IS_MX:
+            s = (scale.to(tl.uint16) << 7).to(tl.bfloat16, bitcast=True)
+        else:
+            s = scale.to(tl.float8e4nv, bitcast=True).to(tl.bfloat16)
+        s = s[:, :, None]
+        c = tl.full((BLOCK_N, NG, GB), 2.0**126, tl.bfloat16)
+        lo = _fp4_bytes(lo01, lo23, tl.bfloat16) * c * s
+        hi = _fp4_bytes(hi01, hi23, tl.bfloat16) * c * s
+    else:
+        if IS_MX:
+            s = (scale.to(tl.uint32) << 23).to(tl.float32, bitcast=True)
+        else:
+            s = scale.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        s = (s * 16384.0)[:, :, None]
+        lo = _fp4_bytes(lo01, lo23, tl.float16).to(tl.float32) * s
+        hi = _fp4_bytes(hi01, hi23, tl.float16).to(tl.float32) * s
+    lo = tl.trans(tl.reshape(lo, (BLOCK_N, NG * GB))).to(DOT_DTYPE)
+    hi = tl.trans(tl.reshape(hi, (BLOCK_N, NG * GB))).to(DOT_DTYPE)
     return lo, hi
+
+
+def _fp4_bytes_py(x01, x23, LANE: tl.constexpr):
+    """Lanes (byte 0, byte 1) and (byte 2, byte 3) of words ``[BN, NG, GW]`` -> ``LANE``
+    values ``[BN, NG, 4 * GW]`` in byte order."""
+    b0 = (x01 & 0xFFFF).to(tl.uint16).to(LANE, bitcast=True)
+    b1 = (x01 >> 16).to(tl.uint16).to(LANE, bitcast=True)
+    b2 = (x23 & 0xFFFF).to(tl.uint16).to(LANE, bitcast=True)
+    b3 = (x23 >> 16).to(tl.uint16).to(LANE, bitcast=True)
+    # join appends a dim: join(join(b0, b2), join(b1, b3)) is [..., pair, lane], byte 2p + l
+    x = tl.join(tl.join(b0, b2), tl.join(b1, b3))
+    return tl.reshape(x, (x.shape[0], x.shape[1], x.shape[2] * 4))
+
+
+_fp4_bytes = triton.jit(_fp4_bytes_py)
 
 
 _fp4_tile = triton.jit(_fp4_tile_py)
@@ -108,6 +155,7 @@ def _moe_gemm_py(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP: tl.constexpr,
+    FP4_BF16: tl.constexpr,
     DOT_DTYPE: tl.constexpr,
 ):
     pid_m = tl.program_id(0).to(tl.int64)
@@ -142,16 +190,16 @@ def _moe_gemm_py(
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     if FMT == FMT_MXFP4 or FMT == FMT_NVFP4:
         GB: tl.constexpr = GROUP // 2
+        GW: tl.constexpr = GB // 4
         NG: tl.constexpr = BLOCK_K // GROUP
-        KP: tl.constexpr = BLOCK_K // 2
-        # activations: even (low nibble) and odd (high nibble) columns of this K-step
-        kp = tl.arange(0, KP).to(tl.int64)
-        a_ptrs = a_base + (k_first + 2 * kp)[None, :] * stride_ak
-        # weights [NG, GB, BLOCK_N] bytes and group scales [NG, BLOCK_N]
+        KW: tl.constexpr = BLOCK_K // 8
+        offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
+        a_ptrs = a_base + (k_first + offs_k)[None, :] * stride_ak
+        # weights: int32 words [BLOCK_N, NG, GW] (8 codes each); group scales [BLOCK_N, NG]
         g_rel = tl.arange(0, NG).to(tl.int64)
-        kp3 = g_rel[:, None, None] * GB + tl.arange(0, GB).to(tl.int64)[None, :, None]
-        w_off = offs_n[None, None, :] * stride_wn + (k_first // 2 + kp3) * stride_wk
-        s_off = offs_n[None, :] * stride_sn + (k_first // GROUP + g_rel)[:, None] * stride_sk
+        kw3 = g_rel[None, :, None] * GW + tl.arange(0, GW).to(tl.int64)[None, None, :]
+        w_off = offs_n[:, None, None] * stride_wn + (k_first // 8 + kw3) * stride_wk
+        s_off = offs_n[:, None] * stride_sn + (k_first // GROUP + g_rel)[None, :] * stride_sk
         w_ptrs = w_base + w_off
         u_ptrs = u_base + w_off
         s_ptrs = ws_base + s_off
@@ -160,19 +208,22 @@ def _moe_gemm_py(
             k_left = K - kt * BLOCK_K
             if EVEN_K:
                 a_mask = row_ok[:, None]
-                w_mask = n_ok[None, None, :]
-                s_mask = n_ok[None, :]
+                w_mask = n_ok[:, None, None]
+                s_mask = n_ok[:, None]
             else:
-                a_mask = row_ok[:, None] & (2 * kp < k_left)[None, :]
-                w_mask = n_ok[None, None, :] & (2 * kp3 < k_left)
-                s_mask = n_ok[None, :] & (g_rel * GROUP < k_left)[:, None]
-            a_even = tl.load(a_ptrs, mask=a_mask, other=0.0).to(DOT_DTYPE)
-            a_odd = tl.load(a_ptrs + stride_ak, mask=a_mask, other=0.0).to(DOT_DTYPE)
+                a_mask = row_ok[:, None] & (offs_k < k_left)[None, :]
+                w_mask = n_ok[:, None, None] & (8 * kw3 < k_left)
+                s_mask = n_ok[:, None] & (g_rel * GROUP < k_left)[None, :]
+            a = tl.load(a_ptrs, mask=a_mask, other=0.0).to(DOT_DTYPE)
+            # even K columns meet the low nibbles, odd ones the high nibbles
+            a_even, a_odd = tl.split(tl.reshape(a, (BLOCK_M, BLOCK_K // 2, 2)))
             lo, hi = _fp4_tile(
                 tl.load(w_ptrs, mask=w_mask, other=0),
                 tl.load(s_ptrs, mask=s_mask, other=0),
                 FMT == FMT_MXFP4,
-                KP,
+                FP4_BF16,
+                NG,
+                GB,
                 BLOCK_N,
                 DOT_DTYPE,
             )
@@ -183,15 +234,17 @@ def _moe_gemm_py(
                     tl.load(u_ptrs, mask=w_mask, other=0),
                     tl.load(t_ptrs, mask=s_mask, other=0),
                     FMT == FMT_MXFP4,
-                    KP,
+                    FP4_BF16,
+                    NG,
+                    GB,
                     BLOCK_N,
                     DOT_DTYPE,
                 )
                 acc_u = tl.dot(a_even, lo, acc_u)
                 acc_u = tl.dot(a_odd, hi, acc_u)
             a_ptrs += BLOCK_K * stride_ak
-            w_ptrs += KP * stride_wk
-            u_ptrs += KP * stride_wk
+            w_ptrs += KW * stride_wk
+            u_ptrs += KW * stride_wk
             s_ptrs += NG * stride_sk
             t_ptrs += NG * stride_sk
     else:

@@ -4,7 +4,7 @@
 ``down_weighted``: ``y[r] = w[r] * (h[r] @ down[e]^T)``, ``[R, H]``.
 
 CPU tensors run in the Triton interpreter (float32 I/O), CUDA tensors on the compiled kernel.
-Split-K partials are reduced here in a fixed order (``sum`` over the split dim).
+Split-K partials are reduced in a fixed order (``elementwise.reduce_split_k``).
 
 Example::
 
@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 
 import torch
@@ -25,6 +26,7 @@ from checkpoint_tool.errors import UsageError
 from checkpoint_tool.runtime.activation import ACT_GROUP
 from checkpoint_tool.runtime.align import AlignedRows
 from checkpoint_tool.runtime.kernels.config import GemmConfig
+from checkpoint_tool.runtime.kernels.elementwise import reduce_split_k
 from checkpoint_tool.runtime.kernels.grouped_gemm import INTERPRETED, moe_gemm_kernel
 from checkpoint_tool.runtime.stack import KernelFormat, StackedWeights
 
@@ -44,8 +46,7 @@ def gate_up_silu(
     if cfg.split_k > 1:
         part = torch.empty(cfg.split_k, rows, 2 * inter, dtype=torch.float32, device=a.device)
         _launch(a, a_scale, gate, up, part, None, aligned, aligned.top_k, cfg)
-        acc = part.sum(dim=0)
-        return (torch.nn.functional.silu(acc[:, :inter]) * acc[:, inter:]).to(out_dtype)
+        return reduce_split_k(part, gated=True, out_dtype=out_dtype)
     out = torch.empty(rows, inter, dtype=out_dtype, device=a.device)
     _launch(a, a_scale, gate, up, out, None, aligned, aligned.top_k, cfg)
     return out
@@ -67,7 +68,7 @@ def down_weighted(
     if cfg.split_k > 1:
         part = torch.empty(cfg.split_k, rows, hidden, dtype=torch.float32, device=h.device)
         _launch(h, h_scale, down, None, part, weights, aligned, 1, cfg)
-        return part.sum(dim=0).to(out_dtype)
+        return reduce_split_k(part, gated=False, out_dtype=out_dtype)
     out = torch.empty(rows, hidden, dtype=out_dtype, device=h.device)
     _launch(h, h_scale, down, None, out, weights, aligned, 1, cfg)
     return out
@@ -86,6 +87,13 @@ def fit_block_k(cfg: GemmConfig, w: StackedWeights) -> GemmConfig:
     if block_k < 16:
         raise ValueError(f"FP8 scale block of {w.scale_block[1]} columns is too narrow (min 16)")
     return cfg if block_k == cfg.block_k else replace(cfg, block_k=block_k)
+
+
+def _weight_arg(w: StackedWeights) -> torch.Tensor:
+    """The weight as the kernel reads it (packed FP4 as int32 words of 8 codes)."""
+    if w.fmt in (KernelFormat.MXFP4, KernelFormat.NVFP4):
+        return w.weight.view(torch.int32)
+    return w.weight
 
 
 def _scale_arg(w: StackedWeights) -> torch.Tensor:
@@ -131,14 +139,16 @@ def _launch(
     split = out.stride(0) if cfg.split_k > 1 else 0
     out_2d = out[0] if cfg.split_k > 1 else out
     cfg = fit_block_k(cfg, w)
+    w_words, u_words = _weight_arg(w), _weight_arg(u)
+    fp4_bf16 = not interpret and os.environ.get("CKPT_FP4_DECODE", "bf16") == "bf16"
     grid = (aligned.num_blocks, -(-w.n // cfg.block_n), cfg.split_k)
     moe_gemm_kernel[grid](
         a,
         a_scale_t,
-        w.weight,
+        w_words,
         scale,
         glob if glob is not None else scale,
-        u.weight,
+        u_words,
         u_scale,
         u_glob if u_glob is not None else u_scale,
         out,
@@ -152,9 +162,9 @@ def _launch(
         a.stride(1),
         a_scale_t.stride(0),
         a_scale_t.stride(1) if a_scale_t.dim() > 1 else 1,
-        w.weight.stride(0),
-        w.weight.stride(1),
-        w.weight.stride(2),
+        w_words.stride(0),
+        w_words.stride(1),
+        w_words.stride(2),
         scale.stride(0),
         scale.stride(1) if scale.dim() > 1 else 0,
         scale.stride(2) if scale.dim() > 2 else 0,
@@ -176,6 +186,7 @@ def _launch(
         BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k,
         GROUP=w.group_size or 1,
+        FP4_BF16=fp4_bf16,
         DOT_DTYPE=tl.float32 if interpret else tl.bfloat16,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
