@@ -6,6 +6,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from checkpoint_tool.cli.app import app
@@ -62,3 +63,39 @@ def test_help_has_examples() -> None:
 
     out = CliRunner().invoke(app, ["validate", "--help"]).output
     assert "Examples" in out and "--expect-policy" in out
+
+
+def run_script(ckpt_dir: Path, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "CKPT": str(ROOT / ".venv" / "bin" / "ckpt"),
+        "REPORT_DIR": str(tmp_path / "reports"),
+    }
+    return subprocess.run(
+        ["bash", str(SCRIPT), str(ckpt_dir), *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.slow  # five `ckpt` processes (torch import each)
+def test_pre_publish_script_end_to_end(tmp_path: Path) -> None:
+    """Clean checkpoint: exit 0, reports kept, manifest written. Broken one: exit 1, no manifest."""
+    from .factory import build_checkpoint, poke_tensor
+
+    if not (ROOT / ".venv" / "bin" / "ckpt").exists():
+        pytest.skip("no .venv/bin/ckpt entry point in this checkout")
+    good = build_checkpoint(tmp_path / "good")
+    done = run_script(good, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (good / "ckpt-manifest.json").exists()
+    assert (tmp_path / "reports" / "validate.xml").exists()
+    assert "ready to publish" in done.stdout
+    bad = build_checkpoint(tmp_path / "bad")
+    poke_tensor(bad, "model.layers.1.mlp.experts.0.up_proj.weight_scale", 0, b"\xff")
+    done = run_script(bad, tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert not (bad / "ckpt-manifest.json").exists()
+    assert "error [scale_values]" in done.stdout
