@@ -399,9 +399,9 @@ def main() -> None:
             )
             if DEVICE == "cuda":
                 torch.cuda.empty_cache()  # the layer of this format is gone
+            if args.json:  # after every format: a cut-short run keeps what it measured
+                args.json.write_text(json.dumps({"copy_gbs": copy_gbs, "rows": rows}, indent=1))
     print_table(rows, copy_gbs)
-    if args.json:
-        args.json.write_text(json.dumps({"copy_gbs": copy_gbs, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

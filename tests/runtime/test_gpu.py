@@ -96,6 +96,6 @@ def test_gpu_fp8_group_quant_matches_torch() -> None:
     x = torch.randn(37, 700, device="cuda") * torch.rand(37, 1, device="cuda") * 30
     q, s = quantize_fp8_groups(x)
     q_ref, s_ref = quantize_per_token_group(x)
-    torch.testing.assert_close(s, s_ref, rtol=0, atol=0)
+    torch.testing.assert_close(s, s_ref, rtol=1e-6, atol=0)  # division rounding may differ
     mismatch = (q.float() != q_ref.float()).float().mean().item()
     assert mismatch < 1e-3, f"{mismatch:.2e} of the FP8 codes differ"

@@ -89,8 +89,10 @@ def _gpu(fmt: KernelFormat, block_m: int, n: int, k: int, active: int, sms: int)
         block_k = 256 if fmt in _FP4 else 128
         stages = 5 if fmt in _FP8 else 3
         cfg = GemmConfig(block_m, 64, block_k, num_warps=4, num_stages=stages)
-    elif fmt in _FP8:
+    elif fmt is KernelFormat.FP8_W8A8:
         cfg = GemmConfig(block_m, 256, 128, num_warps=8, num_stages=3)
+    elif fmt is KernelFormat.FP8:  # weight-only: the bf16 copy of the tile needs shared memory
+        cfg = GemmConfig(block_m, 128, 128, num_warps=8, num_stages=3)
     else:
         cfg = GemmConfig(block_m, 128, 128 if fmt in _FP4 else 64, num_warps=8, num_stages=3)
     if block_m > 16:

@@ -195,10 +195,11 @@ def _moe_gemm_py(
         KW: tl.constexpr = BLOCK_K // 8
         offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
         a_ptrs = a_base + (k_first + offs_k)[None, :] * stride_ak
-        # weights: int32 words [BLOCK_N, NG, GW] (8 codes each); group scales [BLOCK_N, NG]
+        # weights: int32 words [BLOCK_N, KW] (8 codes each, loaded 16 bytes at a time and viewed
+        # as [BLOCK_N, NG, GW] groups); group scales [BLOCK_N, NG]
         g_rel = tl.arange(0, NG).to(tl.int64)
-        kw3 = g_rel[None, :, None] * GW + tl.arange(0, GW).to(tl.int64)[None, None, :]
-        w_off = offs_n[:, None, None] * stride_wn + (k_first // 8 + kw3) * stride_wk
+        kw = tl.arange(0, KW).to(tl.int64)
+        w_off = offs_n[:, None] * stride_wn + (k_first // 8 + kw)[None, :] * stride_wk
         s_off = offs_n[:, None] * stride_sn + (k_first // GROUP + g_rel)[None, :] * stride_sk
         w_ptrs = w_base + w_off
         u_ptrs = u_base + w_off
@@ -208,17 +209,17 @@ def _moe_gemm_py(
             k_left = K - kt * BLOCK_K
             if EVEN_K:
                 a_mask = row_ok[:, None]
-                w_mask = n_ok[:, None, None]
+                w_mask = n_ok[:, None]
                 s_mask = n_ok[:, None]
             else:
                 a_mask = row_ok[:, None] & (offs_k < k_left)[None, :]
-                w_mask = n_ok[:, None, None] & (8 * kw3 < k_left)
+                w_mask = n_ok[:, None] & (8 * kw < k_left)[None, :]
                 s_mask = n_ok[:, None] & (g_rel * GROUP < k_left)[None, :]
             a = tl.load(a_ptrs, mask=a_mask, other=0.0).to(DOT_DTYPE)
             # even K columns meet the low nibbles, odd ones the high nibbles
             a_even, a_odd = tl.split(tl.reshape(a, (BLOCK_M, BLOCK_K // 2, 2)))
             lo, hi = _fp4_tile(
-                tl.load(w_ptrs, mask=w_mask, other=0),
+                tl.reshape(tl.load(w_ptrs, mask=w_mask, other=0), (BLOCK_N, NG, GW)),
                 tl.load(s_ptrs, mask=s_mask, other=0),
                 FMT == FMT_MXFP4,
                 FP4_BF16,
@@ -231,7 +232,7 @@ def _moe_gemm_py(
             acc_g = tl.dot(a_odd, hi, acc_g)
             if GATED:
                 lo, hi = _fp4_tile(
-                    tl.load(u_ptrs, mask=w_mask, other=0),
+                    tl.reshape(tl.load(u_ptrs, mask=w_mask, other=0), (BLOCK_N, NG, GW)),
                     tl.load(t_ptrs, mask=s_mask, other=0),
                     FMT == FMT_MXFP4,
                     FP4_BF16,
