@@ -247,7 +247,7 @@ class CheckpointView:
             return self._expert_3d(lf, e)
         down = self.projection(lf.routed_module(e, "down"))
         if layout == "per_expert_gate_up":
-            gate, up = _split_gate_up(self.projection(lf.routed_module(e, "gate")))
+            gate, up = split_gate_up(self.projection(lf.routed_module(e, "gate")))
         else:
             gate = self.projection(lf.routed_module(e, "gate"))
             up = self.projection(lf.routed_module(e, "up"))
@@ -268,7 +268,7 @@ class CheckpointView:
                 )
             t = read_rows(self.catalog, entry, e, e + 1)[0]
             out.append(Projection({"weight": t}, scheme, f"{name}[{e}]"))
-        gate, up = _split_gate_up(out[0])
+        gate, up = split_gate_up(out[0])
         return ExpertWeights(gate, up, out[1])
 
     def shared(self, layer: int) -> list[ExpertWeights]:
@@ -281,7 +281,7 @@ class CheckpointView:
         for j in range(lf.n_shared) if indexed else [None]:
             down = self.projection(lf.shared_module("down", j))
             if lf.naming.shared_layout == "single_gate_up":
-                gate, up = _split_gate_up(self.projection(lf.shared_module("gate", j)))
+                gate, up = split_gate_up(self.projection(lf.shared_module("gate", j)))
             else:
                 gate = self.projection(lf.shared_module("gate", j))
                 up = self.projection(lf.shared_module("up", j))
@@ -366,7 +366,7 @@ class CheckpointView:
         return self.scheme(name) if name in self.catalog.tensors else None
 
 
-def _split_gate_up(proj: Projection) -> tuple[Projection, Projection]:
+def split_gate_up(proj: Projection) -> tuple[Projection, Projection]:
     """gate rows ``[0, I)`` and up rows ``[I, 2I)`` of a fused ``gate_up`` projection."""
     from checkpoint_tool.quant.codecs import get_codec
 

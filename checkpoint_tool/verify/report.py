@@ -18,6 +18,8 @@ Example (abridged JSON)::
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -136,3 +138,11 @@ class VerifyReport(BaseModel):
 def overall(lossless: LosslessReport, numeric: NumericReport) -> bool:
     """Passed unless a section failed (skipped sections do not fail the run)."""
     return lossless.status != "failed" and numeric.status != "failed"
+
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "schemas" / "verify-report.schema.json"
+
+
+def write_schema(path: Path = SCHEMA_PATH) -> None:
+    """Write the JSON Schema of ``VerifyReport`` (docs/schemas, checked by a test)."""
+    path.write_text(json.dumps(VerifyReport.model_json_schema(), indent=2, sort_keys=True) + "\n")

@@ -37,7 +37,7 @@ from checkpoint_tool.quant.resolve import load_quant_config, resolve_tensor
 from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.runtime.routing import RoutingConfig
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
-from checkpoint_tool.verify.loader import Router, _split_gate_up
+from checkpoint_tool.verify.loader import Router, split_gate_up
 
 #: parameter suffix -> runtime role
 _ROLES = {
@@ -242,7 +242,7 @@ class ShardedView:
                 f"for layer {lf.layer} (its shared experts are not fused either)"
             )
         merged = self._projection(gate_up, lf.shared_module("gate"), rank)
-        gate, up = _split_gate_up(merged)
+        gate, up = split_gate_up(merged)
         return [ExpertWeights(gate, up, self._projection(down, lf.shared_module("down"), rank))]
 
     def _projection(self, module: str, hf_module: str, rank: int) -> Projection:
