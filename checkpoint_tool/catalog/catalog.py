@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from checkpoint_tool.catalog.bulk import gc_paused
+from checkpoint_tool.catalog.paths import safe_relative
 from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES, FileHeader, read_header
 from checkpoint_tool.errors import InputError
 
@@ -164,7 +165,6 @@ def _files_from_index(root: Path, index: dict) -> list[str]:
     if not isinstance(weight_map, dict) or not weight_map:
         raise InputError(f"{root / INDEX_NAME}: no 'weight_map' object; the index is corrupt")
     files: set[str] = set()
-    resolved_root = root.resolve()
     for name, rel in weight_map.items():
         if not isinstance(rel, str) or not rel:
             raise InputError(
@@ -172,8 +172,7 @@ def _files_from_index(root: Path, index: dict) -> list[str]:
             )
         if rel in files:  # path checks once per shard, not per tensor (~90k for R1)
             continue
-        target = (root / rel).resolve()
-        if os.path.isabs(rel) or not target.is_relative_to(resolved_root):
+        if safe_relative(rel) is None:
             raise InputError(
                 f"{root / INDEX_NAME}: tensor {name!r} points at {rel!r}, outside the checkpoint "
                 "folder; refusing a path that escapes it"

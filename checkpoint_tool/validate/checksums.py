@@ -105,7 +105,7 @@ def check_checksums(ctx: ValidationContext) -> list[Issue]:
 
 
 def _check_record(ctx: ValidationContext, rec) -> list[Issue]:
-    from checkpoint_tool.validate.context import safe_relative
+    from checkpoint_tool.catalog.paths import safe_relative
 
     rel = safe_relative(rec.name)
     if rel is None:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from checkpoint_tool.catalog.catalog import INDEX_NAME, Catalog, TensorEntry
+from checkpoint_tool.catalog.paths import safe_relative
 from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES
 from checkpoint_tool.errors import CkptError, InputError
 
@@ -269,21 +269,6 @@ def _read_json(path: Path) -> tuple[dict | None, str | None]:
     if not isinstance(doc, dict):
         return None, f"{path.name} is not a JSON object"
     return doc, None
-
-
-def safe_relative(rel: object) -> str | None:
-    """``rel`` normalized if it is a relative path that stays inside the folder, else None.
-
-    Checked lexically (not by resolving symlinks: hub caches link shards to blobs elsewhere).
-    """
-    if not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel:
-        return None
-    if os.path.isabs(rel) or rel.startswith("/") or (len(rel) > 1 and rel[1] == ":"):
-        return None
-    norm = posixpath.normpath(rel)
-    if norm == ".." or norm.startswith("../") or norm == ".":
-        return None
-    return norm
 
 
 def _read_index(ctx: ValidationContext) -> None:

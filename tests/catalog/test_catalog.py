@@ -78,7 +78,14 @@ def test_pickles_are_never_read(tmp_path):
 def test_hub_source_offline_from_the_cache(tmp_path, monkeypatch):
     commit = "0123456789abcdef0123456789abcdef01234567"
     repo = tmp_path / "hub" / "models--amd--tiny-mxfp4"
-    quark_checkpoint(repo / "snapshots" / commit, STEM, shards=2)
+    snapshot = repo / "snapshots" / commit
+    quark_checkpoint(snapshot, STEM, shards=2)
+    # like the real cache: snapshot files are symlinks to ../../blobs/<hash>
+    (repo / "blobs").mkdir(parents=True)
+    for i, f in enumerate(sorted(snapshot.iterdir())):
+        blob = repo / "blobs" / f"blob{i:04d}"
+        f.rename(blob)
+        f.symlink_to(f"../../blobs/{blob.name}")
     (repo / "refs").mkdir(parents=True)
     (repo / "refs" / "main").write_text(commit)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

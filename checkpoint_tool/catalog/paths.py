@@ -1,0 +1,29 @@
+"""Lexical path safety for names a checkpoint's index gives us.
+
+Checked on the text, not by resolving symlinks: Hugging Face caches link every shard to a blob
+outside the snapshot folder (``../../blobs/<sha>``), which is fine; an index entry that
+*names* a path outside the folder (``../x.safetensors``, ``/etc/x``) is not.
+
+Example::
+
+    safe_relative("model-00001-of-00002.safetensors")  # 'model-00001-of-00002.safetensors'
+    safe_relative("sub/./a.safetensors")               # 'sub/a.safetensors'
+    safe_relative("../outside.safetensors")            # None
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+
+def safe_relative(rel: object) -> str | None:
+    """``rel`` normalized if it is a relative path that stays inside the folder, else None."""
+    if not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel:
+        return None
+    if os.path.isabs(rel) or rel.startswith("/") or (len(rel) > 1 and rel[1] == ":"):
+        return None
+    norm = posixpath.normpath(rel)
+    if norm == ".." or norm.startswith("../") or norm == ".":
+        return None
+    return norm
