@@ -71,8 +71,6 @@ class LoadedLayer:
     slot_of: dict[int, int]
     #: fused shared-expert slots (``n_routed + j``) found in the checkpoint
     fused_slots: list[int] = field(default_factory=list)
-    #: names of every tensor read, for reports
-    tensors: list[str] = field(default_factory=list)
 
 
 class CheckpointView:

@@ -36,7 +36,7 @@ from checkpoint_tool.errors import CkptError, InputError
 from checkpoint_tool.execute.progress import NullProgress, Progress
 from checkpoint_tool.plan.model import OutputFile, OutputTensor, Plan
 from checkpoint_tool.verify.expected import Segment, TensorLayout, storage_geometry
-from checkpoint_tool.verify.report import LosslessReport, TensorMismatch
+from checkpoint_tool.verify.report import LosslessReport, MismatchKind, TensorMismatch
 
 DEFAULT_BUDGET = 32 << 20
 DEFAULT_MAX_LISTED = 50
@@ -135,19 +135,20 @@ class _Checker:
     def check_file(self, ofile: OutputFile) -> None:
         path = self.dst / ofile.name
         header: FileHeader | None = None
+        kind: MismatchKind = "missing"
         why = "is missing"
         if path.is_file():
             try:
                 header = read_header(path)
             except CkptError as exc:
-                why = f"cannot be read ({exc.message})"
+                kind, why = "unreadable", f"cannot be read ({exc.message})"
         if header is None:
             for t in ofile.tensors:
                 self.mismatch(
                     TensorMismatch(
                         tensor=t.name,
                         file=ofile.name,
-                        kind="missing" if "missing" in why else "unreadable",
+                        kind=kind,
                         message=f"output file {ofile.name} {why}",
                     )
                 )

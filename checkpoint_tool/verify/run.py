@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from checkpoint_tool.catalog.catalog import open_catalog
 from checkpoint_tool.errors import UsageError
@@ -47,7 +47,6 @@ class VerifyOptions(BaseModel):
     tp: int | None = None
     memory_budget: int = DEFAULT_BUDGET
     max_mismatches: int = DEFAULT_MAX_LISTED
-    notes: list[str] = Field(default_factory=list)
 
 
 def verify_checkpoint(
@@ -121,7 +120,7 @@ def verify_checkpoint(
         passed=overall(lossless, numeric),
         lossless=lossless,
         numeric=numeric,
-        notes=[*options.notes, *notes],
+        notes=notes,
         seconds=round(time.monotonic() - t0, 3),
     )
 

@@ -175,3 +175,18 @@ def test_mismatch_list_is_capped_but_counted(converted, dst_copy) -> None:
     report = _lossless(bad, src, max_mismatches=2)
     assert len(report.lossless.mismatches) == 2
     assert report.lossless.mismatches_not_listed == 2
+
+
+def test_truncated_and_missing_output_files(converted, dst_copy) -> None:
+    """Unreadable output is a finding per tensor (exit 1), not a crash (exit 2)."""
+    src, dst = converted("quark-mxfp4", tp=1)
+    bad = dst_copy(dst)
+    (shard,) = bad.glob("*.safetensors")
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])
+    report = _lossless(bad, src)
+    kinds = {m.kind for m in report.lossless.mismatches}
+    assert kinds == {"unreadable"} and report.lossless.mismatch_count == 213
+    shard.unlink()
+    report = _lossless(bad, src)
+    assert {m.kind for m in report.lossless.mismatches} == {"missing"}
