@@ -176,9 +176,12 @@ def _metadata(ctx: PlanContext) -> dict[str, Any]:
 
 
 def _piece_provenance(files: list) -> dict[str, list[str]]:  # type: ignore[type-arg]
-    """source -> output names, read off the pieces (names repeat across ranks: listed once)."""
+    """source -> output names, read off the pieces (every rank cuts the same sources under
+    the same names, so rank 0's files tell it all)."""
     out: dict[str, dict[str, None]] = {}
     for f in files:
+        if f.rank not in (None, 0):
+            continue
         for t in f.tensors:
             for p in t.pieces:
                 out.setdefault(p.source, {})[t.name] = None

@@ -87,6 +87,9 @@ def test_files_manifest_and_drops(sharded, preset):
     dropped = {d.name for d in plan.dropped}
     assert used | dropped == set(cat.tensors)
     assert not used & dropped
+    assert set(plan.provenance) == used
+    names = {t.name for f in plan.files for t in f.tensors}
+    assert all(set(outs) <= names for outs in plan.provenance.values())
 
 
 def test_parts_split_at_max_shard_size(sharded):

@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING, Any
 
 from checkpoint_tool.errors import InputError, UsageError
@@ -71,6 +72,18 @@ def model_instance(ctx: PlanContext, target: str = DEFAULT_TARGET) -> ModelInsta
 
 def build_files(ctx: PlanContext, planned: Planned) -> list[OutputFile]:
     """Per-rank files of every engine parameter (see the module docstring)."""
+    # a full-size plan allocates ~10^6 small objects and frees none of them: the cyclic
+    # collector would rescan them all over and over (40% of the time); nothing here makes cycles
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _build_files(ctx, planned)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _build_files(ctx: PlanContext, planned: Planned) -> list[OutputFile]:
     _check_options(ctx)
     inst = model_instance(ctx)
     spec = inst.spec
