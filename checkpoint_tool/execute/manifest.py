@@ -21,6 +21,7 @@ Example (abridged)::
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -86,13 +87,19 @@ class Journal(BaseModel):
 
 
 def plan_sha256(plan: Plan) -> str:
-    """A stable fingerprint of everything the plan asks for."""
-    doc = plan.model_dump(mode="json")
-    return hashlib.sha256(_dumps(doc).encode()).hexdigest()
+    """A stable fingerprint of everything the plan asks for.
 
-
-def _dumps(doc: Any) -> str:
-    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    Hashed file by file (a 100k-tensor plan never exists as one JSON string in memory): the
+    plan without its files, then each file's JSON, each prefixed by its length.
+    """
+    h = hashlib.sha256()
+    parts = itertools.chain(
+        [plan.model_dump_json(exclude={"files"})], (f.model_dump_json() for f in plan.files)
+    )
+    for data in parts:
+        raw = data.encode()
+        h.update(len(raw).to_bytes(8, "little") + raw)
+    return h.hexdigest()
 
 
 def manifest_bytes(manifest: Manifest) -> bytes:
