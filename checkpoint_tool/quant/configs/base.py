@@ -30,10 +30,19 @@ class QuantConfigBase(BaseModel):
 
     #: "none" | "deepseek_fp8" | "quark" | "modelopt" | "deepseek_v4"
     source: ClassVar[str] = "none"
+    #: vLLM loads every routed expert of a layer into one FusedMoE layer (``X.experts``) and
+    #: resolves that layer, never one expert: ``scheme_for("X.experts.E.proj")`` is the same
+    #: for every E. ``resolve_catalog`` relies on it to resolve each (layer, projection) once
+    #: instead of once per expert; a config whose ``scheme_for`` looks at E must set False.
+    experts_resolve_by_layer: ClassVar[bool] = True
 
     def scheme_for(self, module: str) -> Scheme:
         """Scheme of ``module`` as vLLM resolves it."""
         raise NotImplementedError
+
+    def table_scheme_for(self, module: str) -> Scheme | None:
+        """Scheme of a quantized lookup table that is not a linear (None: not one)."""
+        return None
 
     def producer_scheme_for(self, module: str) -> Scheme:
         """Scheme of ``module`` as the producer resolved it when writing the files."""

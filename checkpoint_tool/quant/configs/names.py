@@ -32,6 +32,13 @@ _DSV4_PACKED: list[tuple[str, str, tuple[str, ...]]] = [
     ("compressor", "fused_wkv_wgate", ("wkv", "wgate")),
 ]
 
+#: every last name component that can be a packed shard (a cheap first test)
+_PACKED_SHARD_NAMES = frozenset(
+    {"w1", "w3"}
+    | {s for _, _, shards in _DSV4_PACKED for s in shards}
+    | {s for shards in PACKED_MODULES.values() for s in shards}
+)
+
 _EXPERT_RE = re.compile(r"^(?P<prefix>.*\.experts)\.(?P<idx>\d+)\.(?P<proj>[A-Za-z0-9_]+)$")
 
 #: last name components of modules that are never quantized linears
@@ -57,9 +64,7 @@ def split_tensor_name(name: str) -> tuple[str, str]:
     ``("model.layers.3.mlp.experts.0.gate_proj", "weight_scale_inv")``; a name without a dot
     is its own suffix with an empty module.
     """
-    if "." not in name:
-        return "", name
-    module, suffix = name.rsplit(".", 1)
+    module, _, suffix = name.rpartition(".")
     return module, suffix
 
 
@@ -68,7 +73,8 @@ def expert_parts(module: str) -> tuple[str, int, str] | None:
     m = _EXPERT_RE.match(module)
     if m is None:
         return None
-    return m.group("prefix"), int(m.group("idx")), m.group("proj")
+    prefix, idx, proj = m.groups()
+    return prefix, int(idx), proj
 
 
 def packed_siblings(module: str) -> tuple[str, list[str]] | None:
@@ -77,10 +83,10 @@ def packed_siblings(module: str) -> tuple[str, list[str]] | None:
     Routed experts are not packed shards (they go to FusedMoE). Returns None when the module
     is loaded on its own.
     """
-    if expert_parts(module) is not None or "." not in module:
+    parent, dot, last = module.rpartition(".")
+    if not dot or last not in _PACKED_SHARD_NAMES or expert_parts(module) is not None:
         return None
-    parent, last = module.rsplit(".", 1)
-    parent_last = parent.rsplit(".", 1)[-1]
+    parent_last = parent.rpartition(".")[2]
     for owner, fused, shards in _DSV4_PACKED:
         if parent_last == owner and last in shards:
             return fused, [f"{parent}.{s}" for s in shards]
