@@ -182,3 +182,16 @@ def test_seed_changes_inputs_not_verdict(converted) -> None:
     b = _numeric(dst, src, seed=2).numeric.layers[0]
     assert a.status == b.status == "passed"
     assert a.reference_norm != b.reference_norm
+
+
+def test_one_of_two_shared_chunks_dropped(converted, dst_copy) -> None:
+    """n_shared 2: the shared MLP became slots 8 and 9; zeroing chunk 9's down projection
+    loses half the shared expert: both checks see it."""
+    src, dst = converted("quark-mxfp4", tp=2, n_shared=2)
+    bad = dst_copy(dst)
+    corrupt.zero(bad, f"{L1}.9.down_proj.weight")
+    report = verify_checkpoint(bad, str(src), NUMERIC.model_copy(update={"lossless": True}))
+    assert [m.tensor for m in report.lossless.mismatches] == [f"{L1}.9.down_proj.weight"]
+    assert "shared_experts.down_proj.weight" in report.lossless.mismatches[0].origin
+    layer = _failed_layer(report)
+    assert layer.rel_error > 0.01
