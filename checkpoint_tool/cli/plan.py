@@ -183,7 +183,10 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="Only these decoder layers, e.g. 3,4 or 3-5 (partial).")
         ] = None,
         layout: Annotated[
-            str, typer.Option(help="Output layout: hf (or vllm-sharded when available).")
+            str,
+            typer.Option(
+                help="Output layout: hf (HF-style shards + index) or vllm-sharded (per-rank files for --load-format sharded_state)."
+            ),
         ] = "hf",
         fmt: Annotated[
             OutputFormat, typer.Option("--format", help="human (summary) or json (the whole plan).")

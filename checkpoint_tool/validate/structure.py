@@ -121,11 +121,15 @@ def check_offsets_in_range(ctx: ValidationContext) -> list[Issue]:
 def check_tensor_duplicate(ctx: ValidationContext) -> list[Issue]:
     """No tensor name appears twice (within one header or across the counted shards)."""
     out = _scan_problems(ctx, "tensor_duplicate")
-    where: dict[str, list[str]] = {}
+    # vLLM sharded state: every rank holds the same parameter names; duplicates count per rank
+    # (``model-rank-1-part-0`` and ``model-rank-1-part-1`` share the rank ``model-rank-1``)
+    sharded = ctx.is_sharded_state
+    where: dict[tuple[str, str], list[str]] = {}
     for rel in ctx.counted_files:
+        rank = rel.rsplit("-part-", 1)[0] if sharded else ""
         for name in ctx.scans[rel].names:
-            where.setdefault(name, []).append(rel)
-    for name, files in sorted(where.items()):
+            where.setdefault((rank, name), []).append(rel)
+    for (_, name), files in sorted(where.items()):
         if len(files) > 1:
             kept = ctx.weight_map.get(name)
             note = f"; the index maps it to {kept}" if kept else ""
