@@ -91,7 +91,7 @@ class HashedOutput:
         self.fd = fd
         self.capacity = capacity
         self.writeback = writeback
-        self.zero_copy = True
+        self.zero_copy = hasattr(os, "copy_file_range")  # Linux only
         self._bufs: list[bytearray] = [bytearray(capacity)]
         self._cur = 0
         self._used = 0
