@@ -79,6 +79,8 @@ class PreparedMoe:
     layer: MoeLayerWeights
     ranks: Sequence[RankExperts]
     w8a8: bool | None = None
+    #: float32 copy of the router weight (the logits are float32; no per-call conversion)
+    router_weight: torch.Tensor | None = None
 
 
 def prepare_moe(
@@ -114,7 +116,7 @@ def prepare_moe(
         routed = _group(rl.experts, stack, w8a8)
         shared = _group(rl.shared, stack, w8a8) if rl.shared else None
         ranks.append(RankExperts(rl, routed, shared))
-    return PreparedMoe(full, ranks, w8a8)
+    return PreparedMoe(full, ranks, w8a8, full.router_weight.float())
 
 
 def run_moe(
@@ -212,11 +214,13 @@ def _group_triton(
 ) -> torch.Tensor:
     from checkpoint_tool.runtime.align import align_rows
     from checkpoint_tool.runtime.kernels import (
+        INTERPRETED,
         choose_configs,
         down_weighted,
         gate_up_silu,
         quantize_fp8_groups,
     )
+    from checkpoint_tool.runtime.kernels.align import MAX_FUSED_ROWS, align_rows_fused
 
     assert group.gate is not None and group.up is not None and group.down is not None
     num_tokens, top_k = ids.shape
@@ -231,7 +235,9 @@ def _group_triton(
         intermediate=group.gate.n,
         device=x.device,
     )
-    aligned = align_rows(ids, group.gate.num_experts, cfgs.block_m)
+    fused_align = not INTERPRETED and rows <= MAX_FUSED_ROWS  # decode: one launch
+    align = align_rows_fused if fused_align else align_rows
+    aligned = align(ids, group.gate.num_experts, cfgs.block_m)
     a, a_scale = _kernel_input(x, group.gate, io_dtype, quantize_fp8_groups)
     # a w8a8 down projection quantizes the float32 intermediate (no bf16 rounding first)
     h_dtype = torch.float32 if group.down.fmt is KernelFormat.FP8_W8A8 else io_dtype

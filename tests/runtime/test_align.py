@@ -81,3 +81,20 @@ def test_activation_quantization_matches_float64(k: int) -> None:
     x_hat = dequantize_per_token_group(q, s)
     rel = ((x_hat - x).norm() / x.norm()).item()
     assert 1e-3 < rel < 0.05  # e4m3 keeps ~3 mantissa bits
+
+
+@pytest.mark.parametrize(
+    ("tokens", "top_k", "experts", "block_m", "seed"),
+    [(1, 9, 257, 16, 0), (7, 3, 5, 4, 1), (40, 5, 17, 16, 3), (113, 9, 257, 16, 4)],
+)
+def test_fused_align_kernel_equals_torch(
+    tokens: int, top_k: int, experts: int, block_m: int, seed: int
+) -> None:
+    """The one-program Triton align (interpreter here) gives the torch result exactly."""
+    from checkpoint_tool.runtime.kernels.align import align_rows_fused
+
+    gen = torch.Generator().manual_seed(seed)
+    ids = torch.stack([torch.randperm(experts, generator=gen)[:top_k] for _ in range(tokens)])
+    want, got = align_rows(ids, experts, block_m), align_rows_fused(ids, experts, block_m)
+    assert torch.equal(want.sorted_rows, got.sorted_rows)
+    assert torch.equal(want.block_expert, got.block_expert)

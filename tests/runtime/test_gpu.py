@@ -99,3 +99,20 @@ def test_gpu_fp8_group_quant_matches_torch() -> None:
     torch.testing.assert_close(s, s_ref, rtol=1e-6, atol=0)  # division rounding may differ
     mismatch = (q.float() != q_ref.float()).float().mean().item()
     assert mismatch < 1e-3, f"{mismatch:.2e} of the FP8 codes differ"
+
+
+def test_gpu_fused_align_equals_torch() -> None:
+    from checkpoint_tool.runtime.align import align_rows
+    from checkpoint_tool.runtime.kernels.align import align_rows_fused
+
+    for tokens, top_k, experts in [
+        (1, 9, 257),
+        (16, 9, 257),
+        (64, 9, 257),
+        (113, 9, 257),
+        (5, 2, 7),
+    ]:
+        ids = torch.stack([torch.randperm(experts)[:top_k] for _ in range(tokens)]).cuda()
+        want, got = align_rows(ids, experts, 16), align_rows_fused(ids, experts, 16)
+        assert torch.equal(want.sorted_rows, got.sorted_rows), (tokens, top_k, experts)
+        assert torch.equal(want.block_expert, got.block_expert), (tokens, top_k, experts)
