@@ -21,6 +21,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from checkpoint_tool.catalog.bulk import gc_paused
 from checkpoint_tool.catalog.paths import safe_relative
@@ -30,9 +31,12 @@ from checkpoint_tool.errors import InputError
 INDEX_NAME = "model.safetensors.index.json"
 
 
-@dataclass(frozen=True)
-class TensorEntry:
-    """Where one tensor lives: ``file`` is relative to the catalog root; offsets are absolute."""
+class TensorEntry(NamedTuple):
+    """Where one tensor lives: ``file`` is relative to the catalog root; offsets are absolute.
+
+    A named tuple (immutable, compared by value): a catalog holds ~92k of them for a
+    DeepSeek-R1, and one is built in a third of the time of a frozen dataclass.
+    """
 
     name: str
     file: str

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 from checkpoint_tool.errors import InputError
 
@@ -179,22 +180,20 @@ def _parse_entries(
     return tuple(entries)
 
 
-def _well_formed(info: object, data_len: int) -> tuple[str, tuple[int, ...], int, int] | None:
+def _well_formed(info: Any, data_len: int) -> tuple[str, tuple[int, ...], int, int] | None:
     """``(dtype, shape, begin, end)`` of an entry that is plainly valid, else None.
 
     Accepts a subset of what ``_parse_entry`` accepts (exact ``int``s, no ``bool``), with the
     same result; None means "let ``_parse_entry`` decide".
     """
-    if type(info) is not dict:
+    try:  # a non-object entry, a missing key, odd offsets, an unknown or unhashable dtype
+        dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
+        bits = DTYPE_BITS[dtype]
+    except (TypeError, KeyError, ValueError):
         return None
-    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if type(dtype) is not str or type(shape) is not list or type(offsets) is not list:
+    if type(shape) is not list or type(begin) is not int or type(end) is not int:
         return None
-    bits = DTYPE_BITS.get(dtype)
-    if bits is None or len(offsets) != 2:
-        return None
-    begin, end = offsets
-    if type(begin) is not int or type(end) is not int or not 0 <= begin <= end <= data_len:
+    if not 0 <= begin <= end <= data_len:
         return None
     count = 1
     for d in shape:
