@@ -85,7 +85,7 @@ def test_activation_quantization_matches_float64(k: int) -> None:
 
 @pytest.mark.parametrize(
     ("tokens", "top_k", "experts", "block_m", "seed"),
-    [(1, 9, 257, 16, 0), (7, 3, 5, 4, 1), (40, 5, 17, 16, 3), (113, 9, 257, 16, 4)],
+    [(1, 9, 257, 16, 0), (7, 3, 5, 4, 1), (25, 5, 17, 16, 3), (14, 9, 257, 16, 4)],
 )
 def test_fused_align_kernel_equals_torch(
     tokens: int, top_k: int, experts: int, block_m: int, seed: int
