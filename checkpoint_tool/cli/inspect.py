@@ -86,11 +86,13 @@ def register(app: typer.Typer) -> None:
         ] = None,
     ) -> None:
         from checkpoint_tool.catalog import open_catalog
+        from checkpoint_tool.catalog.bulk import gc_paused
         from checkpoint_tool.policy import build_policy
         from checkpoint_tool.policy.render import render_human, render_markdown
 
-        catalog = open_catalog(src, headers_only=True)
-        report = build_policy(catalog, tp=tp, ep=ep, eplb=eplb, all2all=all2all, fse=fse.value)
+        with gc_paused():  # ~1M acyclic objects for a full R1: collect once, afterwards
+            catalog = open_catalog(src, headers_only=True)
+            report = build_policy(catalog, tp=tp, ep=ep, eplb=eplb, all2all=all2all, fse=fse.value)
         # engine section (issue 10): what the target engine does with this checkpoint
         from checkpoint_tool.policy.engine import build_engine_report
         from checkpoint_tool.policy.engine.render import (
