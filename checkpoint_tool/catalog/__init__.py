@@ -7,7 +7,19 @@ from checkpoint_tool.catalog.catalog import (
     open_catalog,
     open_local,
 )
-from checkpoint_tool.catalog.reader import read_range, read_rows, read_tensor
+
+#: byte-range readers hand out torch tensors; imported on first use so that header-only
+#: commands (inspect, plan) do not pay torch's import time
+_READER_NAMES = ("read_range", "read_rows", "read_tensor")
+
+
+def __getattr__(name: str) -> object:
+    if name in _READER_NAMES:
+        from checkpoint_tool.catalog import reader
+
+        return getattr(reader, name)
+    raise AttributeError(f"module 'checkpoint_tool.catalog' has no attribute {name!r}")
+
 
 __all__ = [
     "INDEX_NAME",

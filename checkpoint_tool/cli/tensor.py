@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -12,7 +12,9 @@ from rich.table import Table
 
 from checkpoint_tool.cli.output import OutputFormat, emit
 from checkpoint_tool.errors import UsageError
-from checkpoint_tool.quant.tensor_report import TensorReport, ValueStats
+
+if TYPE_CHECKING:  # the library part imports torch: load it only when the command runs
+    from checkpoint_tool.quant.tensor_report import TensorReport, ValueStats
 
 HELP = (
     "Show one tensor: where it lives, the quantization scheme that applies (and the config "
