@@ -192,6 +192,7 @@ def register(app: typer.Typer) -> None:
             OutputFormat, typer.Option("--format", help="human (summary) or json (the whole plan).")
         ] = OutputFormat.human,
     ) -> None:
+        from checkpoint_tool.catalog.bulk import gc_paused
         from checkpoint_tool.catalog.catalog import open_catalog
         from checkpoint_tool.plan.build import plan_for_catalog
 
@@ -207,6 +208,7 @@ def register(app: typer.Typer) -> None:
             max_shard_size=parse_size(max_shard_size),
             layers=parse_layers(layers),
         )
-        catalog = open_catalog(src)
-        plan = plan_for_catalog(catalog, options, recipe=recipe)
+        with gc_paused():  # ~1M acyclic plan objects for a full R1: collect once, afterwards
+            catalog = open_catalog(src)
+            plan = plan_for_catalog(catalog, options, recipe=recipe)
         emit(plan, fmt, human=render_plan)
