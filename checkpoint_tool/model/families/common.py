@@ -1,5 +1,8 @@
 """Pieces every family builder shares: MTP presence, per-layer naming, MoE layer assembly.
 
+A family states which layers are MoE, their sizes and its default naming; ``moe_model_facts``
+does the rest.
+
 Example::
 
     layer_facts(3, "model.layers.3.mlp", n_routed=256, n_shared=1, moe_i=2048, shared_i=2048,
@@ -9,9 +12,10 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from typing import Any
 
-from checkpoint_tool.model.facts import ExpertNaming, MoeLayerFacts
+from checkpoint_tool.model.facts import ExpertNaming, Family, ModelFacts, MoeLayerFacts
 from checkpoint_tool.model.naming import detect_naming
 
 
@@ -80,3 +84,64 @@ def present_mtp_layers(
                 "tensors for it: skipped"
             )
     return kept
+
+
+def moe_model_facts(
+    config: dict[str, Any],
+    names: Collection[str] | None,
+    *,
+    family: Family,
+    hidden: int,
+    n_layers: int,
+    main: list[tuple[int, str]],
+    n_mtp: int,
+    mtp_prefix: Callable[[int], str],
+    n_routed: int,
+    n_shared: int,
+    moe_i: int,
+    shared_i: int,
+    top_k: int,
+    default: ExpertNaming,
+    expert_dtype: str | None = None,
+) -> ModelFacts:
+    """Facts of a model whose MoE layers are ``main`` plus ``n_mtp`` MTP layers after them.
+
+    ``main`` lists ``(layer, prefix)`` of the decoder's MoE layers; MTP layer ``k`` has index
+    ``n_layers + k`` and prefix ``mtp_prefix(k)``, and is kept only when present (see
+    ``present_mtp_layers``). Every layer has the same sizes.
+
+    Example::
+
+        moe_model_facts(config, None, family="glm4_moe", hidden=4096, n_layers=4,
+                        main=[(1, "model.layers.1.mlp")], n_mtp=1,
+                        mtp_prefix=lambda k: f"model.layers.{4 + k}.mlp", n_routed=8,
+                        n_shared=1, moe_i=256, shared_i=256, top_k=2, default=ExpertNaming())
+        # ModelFacts(family="glm4_moe", moe_layers=[<layer 1>, <layer 4, is_mtp>], ...)
+    """
+    notes: list[str] = []
+    mtp = present_mtp_layers([(n_layers + k, mtp_prefix(k)) for k in range(n_mtp)], names, notes)
+    layers = [
+        layer_facts(
+            i,
+            prefix,
+            n_routed=n_routed,
+            n_shared=n_shared,
+            moe_i=moe_i,
+            shared_i=shared_i,
+            top_k=top_k,
+            names=names,
+            default=default,
+            is_mtp=i >= n_layers,
+        )
+        for i, prefix in main + mtp
+    ]
+    return ModelFacts(
+        family=family,
+        model_type=config.get("model_type"),
+        hidden_size=hidden,
+        num_hidden_layers=n_layers,
+        num_mtp_layers=n_mtp,
+        expert_dtype=expert_dtype,
+        moe_layers=layers,
+        notes=notes,
+    )

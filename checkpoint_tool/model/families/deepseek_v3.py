@@ -22,7 +22,7 @@ from typing import Any
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.model.config_fields import ConfigView
 from checkpoint_tool.model.facts import ExpertNaming, ModelFacts
-from checkpoint_tool.model.families.common import layer_facts, present_mtp_layers
+from checkpoint_tool.model.families.common import moe_model_facts
 from checkpoint_tool.model.naming import choose_root
 
 MODEL_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"}
@@ -43,32 +43,20 @@ def build(config: dict[str, Any], names: Collection[str] | None) -> ModelFacts:
     if freq <= 0:
         raise InputError(f"config.json: moe_layer_freq must be >= 1, got {freq}; fix config.json")
     root = choose_root(["model.layers"], names)
-    notes: list[str] = []
     main = [(i, f"{root}.{i}.mlp") for i in range(n_layers) if i >= first_k and i % freq == 0]
-    mtp = present_mtp_layers(
-        [(n_layers + k, f"{root}.{n_layers + k}.mlp") for k in range(n_mtp)], names, notes
-    )
-    layers = [
-        layer_facts(
-            i,
-            prefix,
-            n_routed=n_routed,
-            n_shared=n_shared,
-            moe_i=moe_i,
-            shared_i=n_shared * moe_i,
-            top_k=top_k,
-            names=names,
-            default=ExpertNaming(),
-            is_mtp=i >= n_layers,
-        )
-        for i, prefix in main + mtp
-    ]
-    return ModelFacts(
+    return moe_model_facts(
+        config,
+        names,
         family="deepseek_v3",
-        model_type=config.get("model_type"),
-        hidden_size=hidden,
-        num_hidden_layers=n_layers,
-        num_mtp_layers=n_mtp,
-        moe_layers=layers,
-        notes=notes,
+        hidden=hidden,
+        n_layers=n_layers,
+        main=main,
+        n_mtp=n_mtp,
+        mtp_prefix=lambda k: f"{root}.{n_layers + k}.mlp",
+        n_routed=n_routed,
+        n_shared=n_shared,
+        moe_i=moe_i,
+        shared_i=n_shared * moe_i,
+        top_k=top_k,
+        default=ExpertNaming(),
     )

@@ -23,7 +23,7 @@ from typing import Any
 
 from checkpoint_tool.model.config_fields import ConfigView
 from checkpoint_tool.model.facts import W_PROJ_NAMES, ExpertNaming, ModelFacts
-from checkpoint_tool.model.families.common import layer_facts, present_mtp_layers
+from checkpoint_tool.model.families.common import moe_model_facts
 from checkpoint_tool.model.naming import choose_root
 
 MODEL_TYPES = {"deepseek_v4"}
@@ -43,34 +43,21 @@ def build(config: dict[str, Any], names: Collection[str] | None) -> ModelFacts:
     top_k = cfg.opt_int("num_experts_per_tok", 0)
     root = choose_root(["layers", "model.layers"], names)
     mtp_root = "model.mtp" if root == "model.layers" else "mtp"
-    notes: list[str] = []
-    main = [(i, f"{root}.{i}.ffn") for i in range(n_layers)]
-    mtp = present_mtp_layers(
-        [(n_layers + k, f"{mtp_root}.{k}.ffn") for k in range(n_mtp)], names, notes
-    )
-    layers = [
-        layer_facts(
-            i,
-            prefix,
-            n_routed=n_routed,
-            n_shared=n_shared,
-            moe_i=moe_i,
-            shared_i=n_shared * moe_i,
-            top_k=top_k,
-            names=names,
-            default=DSV4_NAMING,
-            is_mtp=i >= n_layers,
-        )
-        for i, prefix in main + mtp
-    ]
     expert_dtype = config.get("expert_dtype")
-    return ModelFacts(
+    return moe_model_facts(
+        config,
+        names,
         family="deepseek_v4",
-        model_type=config.get("model_type"),
-        hidden_size=hidden,
-        num_hidden_layers=n_layers,
-        num_mtp_layers=n_mtp,
+        hidden=hidden,
+        n_layers=n_layers,
+        main=[(i, f"{root}.{i}.ffn") for i in range(n_layers)],
+        n_mtp=n_mtp,
+        mtp_prefix=lambda k: f"{mtp_root}.{k}.ffn",
+        n_routed=n_routed,
+        n_shared=n_shared,
+        moe_i=moe_i,
+        shared_i=n_shared * moe_i,
+        top_k=top_k,
+        default=DSV4_NAMING,
         expert_dtype=expert_dtype if isinstance(expert_dtype, str) else None,
-        moe_layers=layers,
-        notes=notes,
     )

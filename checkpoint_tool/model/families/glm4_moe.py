@@ -19,7 +19,7 @@ from typing import Any
 
 from checkpoint_tool.model.config_fields import ConfigView
 from checkpoint_tool.model.facts import ExpertNaming, ModelFacts
-from checkpoint_tool.model.families.common import layer_facts, present_mtp_layers
+from checkpoint_tool.model.families.common import moe_model_facts
 from checkpoint_tool.model.naming import choose_root
 
 MODEL_TYPES = {"glm4_moe", "glm4_moe_lite"}
@@ -37,32 +37,19 @@ def build(config: dict[str, Any], names: Collection[str] | None) -> ModelFacts:
     n_mtp = cfg.opt_int("num_nextn_predict_layers", 0)
     top_k = cfg.opt_int("num_experts_per_tok", 0)
     root = choose_root(["model.layers"], names)
-    notes: list[str] = []
-    main = [(i, f"{root}.{i}.mlp") for i in range(first_k, n_layers)]
-    mtp = present_mtp_layers(
-        [(n_layers + k, f"{root}.{n_layers + k}.mlp") for k in range(n_mtp)], names, notes
-    )
-    layers = [
-        layer_facts(
-            i,
-            prefix,
-            n_routed=n_routed,
-            n_shared=n_shared,
-            moe_i=moe_i,
-            shared_i=n_shared * moe_i,
-            top_k=top_k,
-            names=names,
-            default=ExpertNaming(),
-            is_mtp=i >= n_layers,
-        )
-        for i, prefix in main + mtp
-    ]
-    return ModelFacts(
+    return moe_model_facts(
+        config,
+        names,
         family="glm4_moe",
-        model_type=config.get("model_type"),
-        hidden_size=hidden,
-        num_hidden_layers=n_layers,
-        num_mtp_layers=n_mtp,
-        moe_layers=layers,
-        notes=notes,
+        hidden=hidden,
+        n_layers=n_layers,
+        main=[(i, f"{root}.{i}.mlp") for i in range(first_k, n_layers)],
+        n_mtp=n_mtp,
+        mtp_prefix=lambda k: f"{root}.{n_layers + k}.mlp",
+        n_routed=n_routed,
+        n_shared=n_shared,
+        moe_i=moe_i,
+        shared_i=n_shared * moe_i,
+        top_k=top_k,
+        default=ExpertNaming(),
     )

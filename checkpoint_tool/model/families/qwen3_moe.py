@@ -23,7 +23,7 @@ from typing import Any
 
 from checkpoint_tool.model.config_fields import ConfigView, text_config
 from checkpoint_tool.model.facts import ExpertNaming, ModelFacts
-from checkpoint_tool.model.families.common import layer_facts, present_mtp_layers
+from checkpoint_tool.model.families.common import moe_model_facts
 from checkpoint_tool.model.naming import choose_root
 
 MODEL_TYPES = {
@@ -55,36 +55,24 @@ def build(config: dict[str, Any], names: Collection[str] | None) -> ModelFacts:
     nested = tc is not config
     candidates = ["model.layers", "model.language_model.layers"]
     root = choose_root(candidates[::-1] if nested else candidates, names)
-    notes: list[str] = []
     main = [
         (i, f"{root}.{i}.mlp")
         for i in range(n_layers)
         if i not in mlp_only and n_routed > 0 and (i + 1) % step == 0
     ]
-    mtp = present_mtp_layers(
-        [(n_layers + k, f"mtp.layers.{k}.mlp") for k in range(n_mtp)], names, notes
-    )
-    layers = [
-        layer_facts(
-            i,
-            prefix,
-            n_routed=n_routed,
-            n_shared=n_shared,
-            moe_i=moe_i,
-            shared_i=shared_i,
-            top_k=top_k,
-            names=names,
-            default=QWEN_NAMING,
-            is_mtp=i >= n_layers,
-        )
-        for i, prefix in main + mtp
-    ]
-    return ModelFacts(
+    return moe_model_facts(
+        config,
+        names,
         family="qwen3_moe",
-        model_type=config.get("model_type"),
-        hidden_size=hidden,
-        num_hidden_layers=n_layers,
-        num_mtp_layers=n_mtp,
-        moe_layers=layers,
-        notes=notes,
+        hidden=hidden,
+        n_layers=n_layers,
+        main=main,
+        n_mtp=n_mtp,
+        mtp_prefix=lambda k: f"mtp.layers.{k}.mlp",
+        n_routed=n_routed,
+        n_shared=n_shared,
+        moe_i=moe_i,
+        shared_i=shared_i,
+        top_k=top_k,
+        default=QWEN_NAMING,
     )
