@@ -8,7 +8,6 @@ User errors (``CkptError``) print one line on stderr and exit with their code.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 
 import typer
@@ -63,9 +62,6 @@ def _root(
 
 
 for _name in COMMAND_MODULES:
-    # TODO(before release): make strict once every command module exists.
-    if importlib.util.find_spec(f"checkpoint_tool.cli.{_name}") is None:
-        continue
     _module = importlib.import_module(f"checkpoint_tool.cli.{_name}")
     _module.register(app)
 
