@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from checkpoint_tool.cli.options import FseOption, LayoutOption
 from checkpoint_tool.cli.output import OutputFormat, emit
 
 HELP = (
@@ -29,17 +30,6 @@ HELP = (
     "  ckpt convert ./ckpt ./out --tp 4 --resume        # after an interruption\n\n"
     "  ckpt convert /models/R1 ./r1-l3-4 --layers 3,4 --workers 2 --format json"
 )
-
-
-class FseOption(str, Enum):
-    auto = "auto"
-    on = "on"
-    off = "off"
-
-
-class LayoutOption(str, Enum):
-    hf = "hf"
-    vllm_sharded = "vllm-sharded"
 
 
 class ConvertFormat(str, Enum):

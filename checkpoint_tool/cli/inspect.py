@@ -14,14 +14,9 @@ from typing import Annotated
 
 import typer
 
+from checkpoint_tool.cli.options import FseOption
 from checkpoint_tool.cli.output import OutputFormat, emit
 from checkpoint_tool.errors import EXIT_FINDINGS
-
-
-class FseOption(str, Enum):
-    auto = "auto"
-    on = "on"
-    off = "off"
 
 
 class InspectFormat(str, Enum):

@@ -53,48 +53,6 @@ class VerifyFormat(str, Enum):
     json = "json"
 
 
-class _VerifyBar:
-    """A rich bar on stderr for the lossless byte comparison (TTY only)."""
-
-    def __init__(self) -> None:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        self._bars = Progress(
-            TextColumn("[bold]verify lossless"),
-            BarColumn(),
-            DownloadColumn(binary_units=False),
-            TransferSpeedColumn(),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        )
-        self._task = self._bars.add_task("verify", total=None)
-
-    def start(self, total_bytes: int, total_files: int) -> None:
-        self._bars.update(self._task, total=total_bytes)
-        self._bars.start()
-
-    def advance(self, nbytes: int) -> None:
-        self._bars.advance(self._task, nbytes)
-
-    def file_done(self, name: str, nbytes: int, *, skipped: bool = False) -> None:
-        pass
-
-    def note(self, message: str) -> None:
-        self._bars.console.print(message)
-
-    def close(self) -> None:
-        self._bars.stop()
-
-
 def register(app: typer.Typer) -> None:
     @app.command("verify", help=HELP)
     def verify(
@@ -161,6 +119,7 @@ def register(app: typer.Typer) -> None:
         ] = VerifyFormat.human,
     ) -> None:
         from checkpoint_tool.cli.plan import parse_layers
+        from checkpoint_tool.execute.progress import RichProgress
         from checkpoint_tool.plan.sharding import parse_size
         from checkpoint_tool.verify import VerifyOptions, verify_checkpoint
         from checkpoint_tool.verify.render import render_human
@@ -177,7 +136,11 @@ def register(app: typer.Typer) -> None:
             memory_budget=parse_size(memory_budget),
             max_mismatches=max_mismatches,
         )
-        bar = _VerifyBar() if progress and sys.stderr.isatty() else None
+        bar = (
+            RichProgress(label="verify lossless", transient=True)
+            if progress and sys.stderr.isatty()
+            else None
+        )
         report = verify_checkpoint(dst, source, options, progress=bar)
         emit(report, OutputFormat(fmt.value), human=render_human)  # type: ignore[arg-type]
         if report.exit_code:

@@ -93,9 +93,15 @@ class LineProgress:
 
 
 class RichProgress:
-    """One rich bar on stderr: bytes (size, rate, ETA) and the count of files done."""
+    """One rich bar on stderr: bytes (size, rate, ETA) and the count of files done.
 
-    def __init__(self, console: Console | None = None) -> None:
+    ``label`` names the work (``convert``, ``verify lossless``); a ``transient`` bar is erased
+    when it closes.
+    """
+
+    def __init__(
+        self, console: Console | None = None, *, label: str = "convert", transient: bool = False
+    ) -> None:
         from rich.progress import (
             BarColumn,
             DownloadColumn,
@@ -106,18 +112,19 @@ class RichProgress:
         )
 
         self._bars = Progress(
-            TextColumn("[bold]convert"),
+            TextColumn(f"[bold]{label}"),
             BarColumn(),
             DownloadColumn(binary_units=False),
             TransferSpeedColumn(),
             TimeRemainingColumn(),
             TextColumn("{task.fields[files]}"),
             console=console or Console(stderr=True),
+            transient=transient,
         )
         self._lock = threading.Lock()
         self._files_done = 0
         self._files_total = 0
-        self._task = self._bars.add_task("convert", total=None, files="", visible=False)
+        self._task = self._bars.add_task(label, total=None, files="", visible=False)
 
     def start(self, total_bytes: int, total_files: int) -> None:
         self._files_total = total_files
