@@ -178,43 +178,19 @@ class RuleSet:
         self._accept = [
             (rule.name or f"accept[{i}]", re.compile(rule.match)) for i, rule in enumerate(r.accept)
         ]
-        for i, rx in enumerate(r.regex):
-            if when_matches(rx.when, self.config):
-                self._renames.append(
-                    _Rename(
-                        rx.name or f"regex[{i}]", "regex", rx.at_load, _regex(rx.match, rx.replace)
+        # the rename kinds in their fixed order, each rule turned into a name -> name function
+        kinds = (
+            ("regex", r.regex, lambda e: _regex(e.match, e.replace)),
+            ("substring", r.substring, lambda e: _substring(e.find, e.replace)),
+            ("prefix", r.prefix, lambda e: _prefix(e.from_, e.to)),
+            ("suffix", r.suffix, lambda e: _suffix(e.from_, e.to)),
+        )
+        for kind, entries, make in kinds:
+            for i, entry in enumerate(entries):
+                if when_matches(entry.when, self.config):
+                    self._renames.append(
+                        _Rename(entry.name or f"{kind}[{i}]", kind, entry.at_load, make(entry))
                     )
-                )
-        for i, sub in enumerate(r.substring):
-            if when_matches(sub.when, self.config):
-                self._renames.append(
-                    _Rename(
-                        sub.name or f"substring[{i}]",
-                        "substring",
-                        sub.at_load,
-                        _substring(sub.find, sub.replace),
-                    )
-                )
-        for i, pre in enumerate(r.prefix):
-            if when_matches(pre.when, self.config):
-                self._renames.append(
-                    _Rename(
-                        pre.name or f"prefix[{i}]",
-                        "prefix",
-                        pre.at_load,
-                        _prefix(pre.from_, pre.to),
-                    )
-                )
-        for i, suf in enumerate(r.suffix):
-            if when_matches(suf.when, self.config):
-                self._renames.append(
-                    _Rename(
-                        suf.name or f"suffix[{i}]",
-                        "suffix",
-                        suf.at_load,
-                        _suffix(suf.from_, suf.to),
-                    )
-                )
 
     # -- the pipeline -------------------------------------------------------------------------
 
