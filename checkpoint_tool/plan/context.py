@@ -21,6 +21,7 @@ from checkpoint_tool.plan.geometry import Geometry, plan_geometry
 from checkpoint_tool.plan.model import PlanOptions
 from checkpoint_tool.quant.resolve import ResolvedCatalog, resolve_catalog
 from checkpoint_tool.quant.scheme import Scheme
+from checkpoint_tool.quant.storage import get_storage_format
 from checkpoint_tool.recipes import Recipe, RuleSet
 
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
@@ -102,7 +103,8 @@ class PlanContext:
         )
 
     def codec(self, scheme: Scheme) -> Any:
-        """The codec of ``scheme`` (cached: one per distinct storage scheme)."""
+        """The storage side of ``scheme``'s codec (``quant.storage``: shapes, regions, pads;
+        no numbers, no torch), cached: one per distinct storage scheme."""
         key = (
             scheme.format,
             scheme.block,
@@ -114,9 +116,7 @@ class PlanContext:
         )
         codec = self._codecs.get(key)
         if codec is None:
-            from checkpoint_tool.quant.codecs import get_codec
-
-            codec = self._codecs[key] = get_codec(scheme)
+            codec = self._codecs[key] = get_storage_format(scheme)
         return codec
 
     def weight_of(self, module: str) -> str | None:

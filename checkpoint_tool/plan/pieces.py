@@ -22,7 +22,7 @@ from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.errors import AlignmentError, InputError
 from checkpoint_tool.plan.model import Pad, Piece, Region
 from checkpoint_tool.plan.summary import element_bytes, header_shape, storage_shape
-from checkpoint_tool.quant.codecs.storage import one_fill
+from checkpoint_tool.quant.storage.dtypes import one_fill
 
 #: tensor roles the codecs describe (the others have no intermediate dim, or are plain)
 CODEC_ROLES = ("weight", "scale", "global_scale")

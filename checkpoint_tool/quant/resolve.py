@@ -38,7 +38,7 @@ from checkpoint_tool.quant.configs.names import (
     packed_siblings,
     split_tensor_name,
 )
-from checkpoint_tool.quant.configs.shapes import expected_siblings
+from checkpoint_tool.quant.configs.shapes import expected_siblings, weight_shape_problem
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 from checkpoint_tool.report import Issue
 
@@ -433,6 +433,11 @@ def _check_module(
         )
         rc.issues.append(_issue(catalog, "fused_experts_unquantized", weight, msg, "warning"))
     expected = expected_for(scheme, entry.dtype, entry.shape)
+    if scheme.scale_suffix in expected and not expected[scheme.scale_suffix].shapes:
+        problem = weight_shape_problem(scheme, entry.dtype, tuple(entry.shape))
+        msg = f"{entry.dtype} {list(entry.shape)}: {_why(scheme)} cannot store it ({problem})"
+        rc.issues.append(_issue(catalog, "weight_shape", weight, msg))
+        return
     for suffix, exp in expected.items():
         name = f"{module}.{suffix}"
         sib = catalog.tensors.get(name)

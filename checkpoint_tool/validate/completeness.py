@@ -70,6 +70,7 @@ RELAYED_RULES = {
     "weight_dtype": "weight_dtype",
     "scale_dtype": "scale_dtype",
     "scale_shape": "scale_shape",
+    "weight_shape": "scale_shape",
     "missing_scale": "scales_present",
     "unexplained_tensor": "tensors_explained",
 }

@@ -20,12 +20,11 @@ from collections.abc import Mapping
 
 import torch
 
-from checkpoint_tool.errors import InputError
-from checkpoint_tool.quant.codecs.base import Axis, BaseCodec, Parts, as_float32
+from checkpoint_tool.quant.codecs.base import BaseCodec, Parts, as_float32
 from checkpoint_tool.quant.codecs.fp8 import FP8_E4M3_MAX, decode_fp8_e4m3, encode_fp8_e4m3
 from checkpoint_tool.quant.codecs.scales import decode_scale, store_e8m0_scale, store_float_scale
-from checkpoint_tool.quant.codecs.storage import is_e8m0_dtype, is_float_dtype
-from checkpoint_tool.quant.scheme import WeightFormat
+from checkpoint_tool.quant.storage.dtypes import is_e8m0_dtype
+from checkpoint_tool.quant.storage.formats import Fp8BlockStorage
 
 
 def ceil_pow2_exponent(s: torch.Tensor) -> torch.Tensor:
@@ -41,39 +40,10 @@ def expand_blocks(s: torch.Tensor, block: tuple[int, int], rows: int, cols: int)
     return s.repeat_interleave(b0, dim=-2)[..., :rows, :].repeat_interleave(b1, dim=-1)[..., :cols]
 
 
-class Fp8BlockCodec(BaseCodec):
-    format = WeightFormat.FP8_BLOCK
-    roles = ("weight", "scale")
-
-    def __init__(
-        self, block: tuple[int, int] = (128, 128), scale_dtype: str = "F32", e8m0: bool = False
-    ) -> None:
-        self.block = (int(block[0]), int(block[1]))
-        if min(self.block) < 1:
-            raise InputError(f"fp8_block: block size must be positive, got {list(block)}")
-        if not (is_float_dtype(scale_dtype) or is_e8m0_dtype(scale_dtype)):
-            raise InputError(
-                f"{self.label}: scale dtype must be F32/BF16/F16 or U8/F8_E8M0 (e8m0), not {scale_dtype}"
-            )
-        self.scale_dtype = scale_dtype
-        self.e8m0 = e8m0 or is_e8m0_dtype(scale_dtype)
-
-    @property
-    def label(self) -> str:
-        suffix = " ue8m0" if getattr(self, "e8m0", False) else ""
-        return f"fp8_block[{self.block[0]},{self.block[1]}]{suffix}"
-
-    def storage_dtypes(self) -> dict[str, str]:
-        return {"weight": "F8_E4M3", "scale": self.scale_dtype}
-
-    def axis(self, role: str, ndim: int, dim: int) -> Axis | None:
-        if role == "scale" and dim >= ndim - 2:
-            return Axis(self.block[dim - (ndim - 2)])
-        return Axis()
-
+class Fp8BlockCodec(Fp8BlockStorage, BaseCodec):
     def quantize(self, w: torch.Tensor) -> Parts:
         x = as_float32(w, label=self.label)
-        self._check_ndim(tuple(x.shape))
+        self.check_ndim(tuple(x.shape))
         rows, cols = x.shape[-2:]
         b0, b1 = self.block
         nr, nc = -(-rows // b0), -(-cols // b1)

@@ -14,32 +14,16 @@ from collections.abc import Mapping
 
 import torch
 
-from checkpoint_tool.quant.codecs.base import BaseCodec, Parts, Shape, as_float32
+from checkpoint_tool.quant.codecs.base import BaseCodec, Parts, as_float32
 from checkpoint_tool.quant.codecs.fp8 import FP8_E4M3_MAX, decode_fp8_e4m3, encode_fp8_e4m3
-from checkpoint_tool.quant.codecs.fp8_tensor import check_float_scale_dtype
 from checkpoint_tool.quant.codecs.scales import decode_scale, store_float_scale
-from checkpoint_tool.quant.scheme import WeightFormat
+from checkpoint_tool.quant.storage.formats import Fp8ChannelStorage
 
 
-class Fp8ChannelCodec(BaseCodec):
-    format = WeightFormat.FP8_PER_CHANNEL
-    roles = ("weight", "scale")
-
-    def __init__(self, scale_dtype: str = "F32") -> None:
-        self.scale_dtype = check_float_scale_dtype(scale_dtype, self.label)
-
-    def storage_dtypes(self) -> dict[str, str]:
-        return {"weight": "F8_E4M3", "scale": self.scale_dtype}
-
-    def role_ndim(self, role: str, ndim: int) -> int:
-        return ndim - 1 if role == "scale" else ndim
-
-    def _accepts_shape(self, role: str, got: Shape, want: Shape) -> bool:
-        return role == "scale" and got == (*want, 1)
-
+class Fp8ChannelCodec(Fp8ChannelStorage, BaseCodec):
     def quantize(self, w: torch.Tensor) -> Parts:
         x = as_float32(w, label=self.label)
-        self._check_ndim(tuple(x.shape))
+        self.check_ndim(tuple(x.shape))
         amax = x.abs().amax(dim=-1)
         scale = store_float_scale(amax / FP8_E4M3_MAX, self.scale_dtype)
         q = encode_fp8_e4m3(x / scale.to(torch.float32)[..., None])

@@ -20,17 +20,12 @@ import torch
 from checkpoint_tool.quant.codecs.base import Parts
 from checkpoint_tool.quant.codecs.fp4 import decode_fp4, encode_fp4, pack_fp4
 from checkpoint_tool.quant.codecs.mx import MxCodec
-from checkpoint_tool.quant.scheme import WeightFormat
+from checkpoint_tool.quant.storage.formats import MxFp4Storage
 
 
-class MxFp4Codec(MxCodec):
-    format = WeightFormat.MXFP4
-    weight_pack = 2
+class MxFp4Codec(MxFp4Storage, MxCodec):
     elem_mbits = 1
     elem_emax = 2
-
-    def storage_dtypes(self) -> dict[str, str]:
-        return {"weight": "U8", "scale": self.scale_dtype}
 
     def quantize(self, w: torch.Tensor) -> Parts:
         self.storage_shapes(tuple(w.shape))  # in must be even

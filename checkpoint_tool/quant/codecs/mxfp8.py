@@ -18,17 +18,12 @@ import torch
 from checkpoint_tool.quant.codecs.base import Parts
 from checkpoint_tool.quant.codecs.fp8 import decode_fp8_e4m3, encode_fp8_e4m3
 from checkpoint_tool.quant.codecs.mx import MxCodec
-from checkpoint_tool.quant.scheme import WeightFormat
+from checkpoint_tool.quant.storage.formats import MxFp8Storage
 
 
-class MxFp8Codec(MxCodec):
-    format = WeightFormat.MXFP8
-    weight_pack = 1
+class MxFp8Codec(MxFp8Storage, MxCodec):
     elem_mbits = 3
     elem_emax = 8
-
-    def storage_dtypes(self) -> dict[str, str]:
-        return {"weight": "F8_E4M3", "scale": self.scale_dtype}
 
     def quantize(self, w: torch.Tensor) -> Parts:
         scaled, scale = self._scale_groups(w)

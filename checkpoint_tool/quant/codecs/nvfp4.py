@@ -19,51 +19,14 @@ from collections.abc import Mapping
 
 import torch
 
-from checkpoint_tool.errors import InputError
-from checkpoint_tool.quant.codecs.base import (
-    Axis,
-    BaseCodec,
-    Parts,
-    as_float32,
-    expand_last,
-    group_last,
-)
+from checkpoint_tool.quant.codecs.base import BaseCodec, Parts, as_float32, expand_last, group_last
 from checkpoint_tool.quant.codecs.fp4 import FP4_E2M1_MAX, decode_fp4, encode_fp4, pack_fp4
 from checkpoint_tool.quant.codecs.fp8 import FP8_E4M3_MAX, decode_fp8_e4m3, encode_fp8_e4m3
 from checkpoint_tool.quant.codecs.scales import decode_scale
-from checkpoint_tool.quant.scheme import WeightFormat
+from checkpoint_tool.quant.storage.formats import NvFp4Storage
 
 
-class NvFp4Codec(BaseCodec):
-    format = WeightFormat.NVFP4
-    roles = ("weight", "scale", "global_scale")
-    weight_pack = 2
-
-    def __init__(self, group_size: int = 16, scale_dtype: str = "F8_E4M3") -> None:
-        self.group_size = int(group_size)
-        if self.group_size < 2 or self.group_size % 2:
-            raise InputError(f"nvfp4: invalid group size {group_size}")
-        if scale_dtype not in ("F8_E4M3", "U8"):
-            raise InputError(f"nvfp4: scales are E4M3 (F8_E4M3), not {scale_dtype}")
-        self.scale_dtype = scale_dtype
-
-    @property
-    def label(self) -> str:
-        return f"nvfp4/{getattr(self, 'group_size', '?')}"
-
-    def storage_dtypes(self) -> dict[str, str]:
-        return {"weight": "U8", "scale": self.scale_dtype, "global_scale": "F32"}
-
-    def role_ndim(self, role: str, ndim: int) -> int:
-        return ndim - 2 if role == "global_scale" else ndim
-
-    def axis(self, role: str, ndim: int, dim: int) -> Axis | None:
-        if dim >= self.role_ndim(role, ndim):
-            return None
-        if dim == ndim - 1:
-            return Axis(self.group_size) if role == "scale" else Axis(2, packed=True)
-        return Axis()
-
+class NvFp4Codec(NvFp4Storage, BaseCodec):
     def quantize(self, w: torch.Tensor) -> Parts:
         x = as_float32(w, label=self.label)
         self.storage_shapes(tuple(x.shape))

@@ -15,27 +15,11 @@ import torch
 
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.quant.codecs.base import BaseCodec, Parts
-from checkpoint_tool.quant.codecs.storage import SAFETENSORS_NAME, TORCH_DTYPE, is_float_dtype
-from checkpoint_tool.quant.scheme import WeightFormat
+from checkpoint_tool.quant.codecs.torch_dtypes import SAFETENSORS_NAME, TORCH_DTYPE
+from checkpoint_tool.quant.storage.formats import UnquantizedStorage
 
 
-class UnquantizedCodec(BaseCodec):
-    format = WeightFormat.UNQUANTIZED
-    roles = ("weight",)
-    min_ndim = 0
-
-    def __init__(self, dtype: str = "BF16") -> None:
-        if not is_float_dtype(dtype):
-            raise InputError(f"unquantized weights must be BF16, F16 or F32, not {dtype}")
-        self.dtype = dtype
-
-    @property
-    def label(self) -> str:
-        return f"unquantized {self.dtype}"
-
-    def storage_dtypes(self) -> dict[str, str]:
-        return {"weight": self.dtype}
-
+class UnquantizedCodec(UnquantizedStorage, BaseCodec):
     def quantize(self, w: torch.Tensor) -> Parts:
         """Cast to the storage dtype (RNE, torch's float casts)."""
         return {"weight": w.to(TORCH_DTYPE[self.dtype])}

@@ -1,9 +1,9 @@
 """The sibling tensors a scheme expects next to a weight, with their shapes and dtypes.
 
 Shapes come from the weight's *logical* shape (packed FP4 ``U8``/``I8`` ``[out, in/2]`` ->
-``[out, in]``; an ``F4`` header already records the logical shape). Uses the codecs'
-``storage_shapes`` when ``checkpoint_tool.quant.codecs`` provides it, and the formulas of
-FORMATS.md §2 otherwise.
+``[out, in]``; an ``F4`` header already records the logical shape). The shapes are the
+format's (``quant.storage``: ``storage_shapes`` and the ``accepted_shapes`` spellings such as
+``[out, 1]`` for per-channel scales); no torch is imported.
 
 Example::
 
@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from checkpoint_tool.errors import InputError
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+from checkpoint_tool.quant.storage import get_storage_format
 
 PACKED_FP4 = (WeightFormat.MXFP4, WeightFormat.NVFP4)
 _SCALAR = [(), (1,)]
@@ -30,10 +32,6 @@ class Expected:
     dtypes: tuple[str, ...]
 
 
-def _ceil(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def logical_shape(scheme: Scheme, dtype: str, shape: tuple[int, ...]) -> tuple[int, ...]:
     """Unpacked ``[..., out, in]`` of a stored weight."""
     if scheme.format in PACKED_FP4 and dtype in ("U8", "I8") and shape:
@@ -41,31 +39,27 @@ def logical_shape(scheme: Scheme, dtype: str, shape: tuple[int, ...]) -> tuple[i
     return tuple(shape)
 
 
-def _codec_scale_shapes(scheme: Scheme, logical: tuple[int, ...]) -> dict[str, tuple] | None:
+def _scale_shapes(scheme: Scheme, logical: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Accepted scale shapes, canonical first; none if the format refuses the weight's shape
+    (``weight_shape_problem`` says why)."""
     try:
-        from checkpoint_tool.quant.codecs import get_codec
-    except ImportError:
-        return None
-    try:
-        shapes = get_codec(scheme).storage_shapes(logical)
-    except Exception:  # codec refuses this shape/scheme: fall back to the formulas
-        return None
-    return {role: tuple(s) for role, s in shapes.items()}
+        fmt = get_storage_format(scheme)
+        want = fmt.storage_shapes(logical)["scale"]
+    except InputError:
+        return []
+    return fmt.accepted_shapes("scale", want)
 
 
-def _formula_scale_shape(scheme: Scheme, logical: tuple[int, ...]) -> list[tuple[int, ...]]:
-    *lead, out, inp = logical if len(logical) >= 2 else (1, *logical)
-    lead = tuple(lead)
-    fmt = scheme.format
-    if fmt is WeightFormat.FP8_PER_TENSOR:
-        return list(_SCALAR) if not lead else [lead, (*lead, 1)]
-    if fmt is WeightFormat.FP8_PER_CHANNEL:
-        return [(*lead, out), (*lead, out, 1)]
-    if fmt is WeightFormat.FP8_BLOCK and scheme.block:
-        b0, b1 = scheme.block
-        return [(*lead, _ceil(out, b0), _ceil(inp, b1))]
-    group = scheme.group_size or 32
-    return [(*lead, out, _ceil(inp, group))]
+def weight_shape_problem(scheme: Scheme, weight_dtype: str, shape: tuple[int, ...]) -> str | None:
+    """Why ``scheme`` cannot store a weight of this shape (too few dims, odd packed size), or
+    None."""
+    if not scheme.quantized or scheme.format is WeightFormat.UNSUPPORTED:
+        return None
+    try:
+        get_storage_format(scheme).storage_shapes(logical_shape(scheme, weight_dtype, shape))
+    except InputError as exc:
+        return str(exc)
+    return None
 
 
 def expected_siblings(
@@ -110,12 +104,9 @@ def _expected(
     logical = logical_shape(scheme, weight_dtype, tuple(weight_shape))
     out: dict[str, Expected] = {}
     if scheme.scale_suffix:
-        shapes = _formula_scale_shape(scheme, logical)
-        codec = _codec_scale_shapes(scheme, logical)
-        if codec and "scale" in codec:
-            # the codec is the authority; the formulas only add harmless spellings ([1], [out, 1])
-            shapes = [codec["scale"], *(s for s in shapes[1:] if s != codec["scale"])]
-        out[scheme.scale_suffix] = Expected("scale", shapes, scheme.scale_dtypes)
+        out[scheme.scale_suffix] = Expected(
+            "scale", _scale_shapes(scheme, logical), scheme.scale_dtypes
+        )
     if scheme.global_scale_suffix:
         out[scheme.global_scale_suffix] = Expected("global_scale", list(_SCALAR), ("F32",))
     if scheme.input_scale_suffix:

@@ -1,4 +1,4 @@
-"""Storage dtypes of codec outputs: torch dtype, element size, and pad fill bytes.
+"""Storage dtypes of quantized tensors: element sizes and the pad fill bytes (no torch).
 
 Pad fills are the little-endian hex bytes of ONE storage element (``plan.model.Pad.fill``):
 zero weights and neutral (1.0) scales in the scale's own encoding.
@@ -16,20 +16,6 @@ from __future__ import annotations
 
 import struct
 
-import torch
-
-#: safetensors dtype -> torch dtype codecs produce for it
-TORCH_DTYPE: dict[str, torch.dtype] = {
-    "U8": torch.uint8,
-    "I8": torch.int8,
-    "F4": torch.uint8,
-    "F8_E4M3": torch.float8_e4m3fn,
-    "F8_E8M0": torch.float8_e8m0fnu,
-    "BF16": torch.bfloat16,
-    "F16": torch.float16,
-    "F32": torch.float32,
-}
-
 #: bytes per storage element (F4: one byte holds two values)
 ELEMENT_SIZE: dict[str, int] = {
     "U8": 1,
@@ -44,13 +30,6 @@ ELEMENT_SIZE: dict[str, int] = {
 
 _FLOAT_DTYPES = {"BF16", "F16", "F32"}
 _E8M0_DTYPES = {"U8", "F8_E8M0"}
-
-#: torch float dtype -> safetensors name
-SAFETENSORS_NAME: dict[torch.dtype, str] = {
-    torch.bfloat16: "BF16",
-    torch.float16: "F16",
-    torch.float32: "F32",
-}
 
 
 def zero_fill(dtype: str) -> str:
@@ -79,10 +58,3 @@ def is_float_dtype(dtype: str) -> bool:
 
 def is_e8m0_dtype(dtype: str) -> bool:
     return dtype in _E8M0_DTYPES
-
-
-def to_storage_float(x: torch.Tensor, dtype: str) -> torch.Tensor:
-    """Round float32 scales to a float storage dtype (BF16/F16/F32)."""
-    if dtype not in _FLOAT_DTYPES:
-        raise ValueError(f"{dtype} is not a float scale dtype (BF16, F16, F32)")
-    return x.to(TORCH_DTYPE[dtype])
