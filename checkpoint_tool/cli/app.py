@@ -28,21 +28,15 @@ COMMAND_MODULES = [
     "recipes",
 ]
 
-app = typer.Typer(
-    name="ckpt",
-    help=(
-        "Make quantized MoE checkpoints (FP8 / MXFP4 / NVFP4) ready for vLLM, offline, and "
-        "prove that they are.\n\n"
-        "Examples:\n\n"
-        "  ckpt demo\n\n"
-        "  ckpt inspect /models/DeepSeek-R1 --tp 8\n\n"
-        "  ckpt convert /models/quark-mxfp4 /out/model --tp 2\n\n"
-        "  ckpt verify /out/model --source /models/quark-mxfp4\n\n"
-        "  ckpt validate /out/model --format junit > report.xml"
-    ),
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
+HELP = (
+    "Make quantized MoE checkpoints (FP8 / MXFP4 / NVFP4) ready for vLLM, offline, and "
+    "prove that they are.\n\n"
+    "Examples:\n\n"
+    "  ckpt demo\n\n"
+    "  ckpt inspect /models/DeepSeek-R1 --tp 8\n\n"
+    "  ckpt convert /models/quark-mxfp4 /out/model --tp 2\n\n"
+    "  ckpt verify /out/model --source /models/quark-mxfp4\n\n"
+    "  ckpt validate /out/model --format junit > report.xml"
 )
 
 
@@ -52,7 +46,6 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version_callback, is_eager=True, help="Print the version."
@@ -61,15 +54,55 @@ def _root(
     """ckpt: quantized MoE checkpoints for vLLM."""
 
 
-for _name in COMMAND_MODULES:
-    _module = importlib.import_module(f"checkpoint_tool.cli.{_name}")
-    _module.register(app)
+def build_app(names: list[str] = COMMAND_MODULES) -> typer.Typer:
+    """The ``ckpt`` app with the commands of ``names`` (in ``COMMAND_MODULES`` order).
+
+    Command modules are imported strictly: a broken one fails loudly.
+    """
+    app = typer.Typer(
+        name="ckpt",
+        help=HELP,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    app.callback()(_root)
+    for name in COMMAND_MODULES:
+        if name in names:
+            importlib.import_module(f"checkpoint_tool.cli.{name}").register(app)
+    return app
+
+
+def _invoked_command(argv: list[str]) -> str | None:
+    """The command module ``argv`` runs (``ckpt inspect ...`` -> ``"inspect"``), or None when it
+    names none (``ckpt --help``, a typo: then every command is built, for help and errors)."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg if arg in COMMAND_MODULES else None
+    return None
+
+
+_full_app: list[typer.Typer] = []
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """``from checkpoint_tool.cli.app import app`` (tests, embedding): every command."""
+    if name == "app":
+        if not _full_app:
+            _full_app.append(build_app())
+        return _full_app[0]
+    raise AttributeError(name)
 
 
 def main() -> None:
-    """Console entry point: run the app, turning ``CkptError`` into one line and an exit code."""
+    """Console entry point: run the app, turning ``CkptError`` into one line and an exit code.
+
+    Only the invoked command's module is imported (``ckpt inspect`` does not pay for the
+    converter's or the runtime's imports); ``--help`` and unknown commands import them all.
+    """
+    command = _invoked_command(sys.argv[1:])
     try:
-        rc = app(standalone_mode=False)
+        rc = build_app([command] if command else COMMAND_MODULES)(standalone_mode=False)
     except CkptError as exc:
         typer.echo(f"error: {exc.message}", err=True)
         sys.exit(exc.exit_code)
