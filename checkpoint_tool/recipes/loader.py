@@ -23,6 +23,7 @@ from pydantic import ValidationError
 
 from checkpoint_tool.errors import InputError, UsageError
 from checkpoint_tool.recipes.schema import Recipe
+from checkpoint_tool.yamlio import safe_load
 
 if TYPE_CHECKING:
     from checkpoint_tool.catalog.catalog import Catalog
@@ -73,7 +74,7 @@ def load_recipe(name_or_path: str | os.PathLike[str]) -> Recipe:
 @lru_cache(maxsize=64)
 def _load_cached(path: Path, mtime_ns: int) -> Recipe:
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read the recipe ({exc})") from exc
     except yaml.YAMLError as exc:

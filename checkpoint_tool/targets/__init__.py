@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from checkpoint_tool.errors import InputError, UsageError
 from checkpoint_tool.targets.spec import TargetSpec
+from checkpoint_tool.yamlio import safe_load
 
 DEFAULT_TARGET = "vllm-0.33"
 TARGETS_DIR = Path(__file__).resolve().parent
@@ -29,7 +30,7 @@ TARGETS_DIR = Path(__file__).resolve().parent
 @lru_cache(maxsize=16)
 def _read(path: Path) -> TargetSpec:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = safe_load(path.read_text())
         return TargetSpec.model_validate(data)
     except (OSError, yaml.YAMLError, ValidationError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -22,10 +22,10 @@ import re
 from importlib import resources
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from checkpoint_tool.errors import UsageError
+from checkpoint_tool.yamlio import safe_load
 
 EngineSeverity = Literal["error", "warning", "info"]
 
@@ -224,4 +224,4 @@ def table_from_dict(data: dict[str, Any]) -> RuleTable:
 def load_rule_table() -> RuleTable:
     """The bundled rule table (``checkpoint_tool/policy/engine/rules.yaml``)."""
     text = resources.files("checkpoint_tool.policy.engine").joinpath("rules.yaml").read_text()
-    return table_from_dict(yaml.safe_load(text))
+    return table_from_dict(safe_load(text))
