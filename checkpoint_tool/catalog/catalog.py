@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from checkpoint_tool.catalog.bulk import gc_paused
+from checkpoint_tool.catalog.header_pool import read_headers
 from checkpoint_tool.catalog.paths import safe_relative
-from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES, FileHeader, read_header
+from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES, FileHeader
 from checkpoint_tool.errors import InputError
 
 INDEX_NAME = "model.safetensors.index.json"
@@ -132,8 +133,10 @@ def _open_local(root: Path, single_file: str | None) -> Catalog:
     cat = Catalog(
         root=root, tensors={}, files=files, config=config, hf_quant_config=hf_quant, index=index
     )
-    for rel in files:
-        header = read_header(root / rel)
+    headers = read_headers([root / rel for rel in files])
+    for rel, header in zip(files, headers, strict=False):
+        if isinstance(header, InputError):
+            raise header
         cat.headers[rel] = header
         cat.header_bytes_read += 8 + header.header_len
         found = {

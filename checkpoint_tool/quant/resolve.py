@@ -317,9 +317,15 @@ def _resolve_catalog(catalog: Any, qconfig: QuantConfig, semantics: Semantics) -
     cache: dict = {}
     tensors: dict[str, ResolvedTensor] = {}
     by_module: dict[str, dict[str, str]] = defaultdict(dict)
+    role_of = _ROLE_BY_SUFFIX.get
     for name, e in catalog.tensors.items():
-        module, suffix = split_tensor_name(name)
-        t = _resolve_split(qconfig, name, module, suffix, e.dtype, e.shape, semantics, cache)
+        module, _, suffix = name.rpartition(".")  # split_tensor_name, inlined: ~92k names
+        role = role_of(suffix)
+        scheme = cache.get(module) if role is not None else None
+        if scheme is not None and suffix not in FUSED_EXPERT_PARAMS:
+            t = ResolvedTensor(name, module, role, scheme)  # a sibling of a resolved module
+        else:
+            t = _resolve_split(qconfig, name, module, suffix, e.dtype, e.shape, semantics, cache)
         tensors[name] = t
         by_module[t.module][suffix] = name
     rc = ResolvedCatalog(qconfig=qconfig, tensors=tensors)
@@ -439,7 +445,7 @@ def _check_module(
         rc.issues.append(_issue(catalog, "weight_shape", weight, msg))
         return
     for suffix, exp in expected.items():
-        name = f"{module}.{suffix}"
+        name = parts.get(suffix) or f"{module}.{suffix}"
         sib = catalog.tensors.get(name)
         if sib is None:
             msg = f"missing {exp.role} {name!r} ({'/'.join(exp.dtypes)}) that {_why(scheme)} needs"

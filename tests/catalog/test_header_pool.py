@@ -1,0 +1,96 @@
+"""``read_headers`` (this process + a forked child) returns exactly what ``read_header`` gives
+file by file: same headers, same first error, nothing after it; and the catalog built on it
+reports errors in file order."""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+from pathlib import Path
+
+import pytest
+
+from checkpoint_tool.catalog import header_pool
+from checkpoint_tool.catalog.catalog import open_local
+from checkpoint_tool.catalog.header_pool import MIN_FILES, read_headers
+from checkpoint_tool.catalog.safetensors_format import read_header
+from checkpoint_tool.errors import InputError
+
+
+def _shard(path: Path, tensors: dict[str, tuple[str, list[int]]], metadata=None) -> Path:
+    doc: dict = {"__metadata__": metadata} if metadata else {}
+    offset = 0
+    for name, (dtype, shape) in tensors.items():
+        n = {"BF16": 2, "F32": 4, "U8": 1}[dtype]
+        for d in shape:
+            n *= d
+        doc[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    raw = json.dumps(doc).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + random.randbytes(offset))
+    return path
+
+
+def _shards(tmp_path: Path, count: int) -> list[Path]:
+    rng = random.Random(count)
+    paths = []
+    for i in range(count):
+        tensors = {
+            f"model.layers.{i}.mlp.experts.{e}.w{k}.weight": (
+                rng.choice(["BF16", "F32", "U8"]),
+                [rng.randint(1, 9), rng.randint(1, 9)],
+            )
+            for e in range(rng.randint(1, 6))
+            for k in (1, 2, 3)
+        }
+        paths.append(_shard(tmp_path / f"s-{i:05d}.safetensors", tensors, {"i": str(i)}))
+    return paths
+
+
+def _same(a, b) -> bool:
+    return (a.path, a.header_len, a.file_size, a.entries, a.metadata) == (
+        b.path,
+        b.header_len,
+        b.file_size,
+        b.entries,
+        b.metadata,
+    )
+
+
+def test_two_processes_read_what_one_reads(tmp_path):
+    paths = _shards(tmp_path, 2 * MIN_FILES + 3)
+    pooled = read_headers(paths)
+    assert len(pooled) == len(paths)
+    assert all(_same(h, read_header(p)) for h, p in zip(pooled, paths, strict=True))
+
+
+@pytest.mark.parametrize("bad_at", [0, MIN_FILES // 2, MIN_FILES + 1, 2 * MIN_FILES - 1])
+def test_first_error_wins_and_ends_the_list(tmp_path, bad_at):
+    paths = _shards(tmp_path, 2 * MIN_FILES)
+    for later in (bad_at, min(bad_at + 2, len(paths) - 1)):  # two broken files
+        paths[later].write_bytes(b"\x05\x00")
+    out = read_headers(paths)
+    assert len(out) == bad_at + 1
+    assert isinstance(out[-1], InputError)
+    with pytest.raises(InputError) as serial:
+        read_header(paths[bad_at])
+    assert out[-1].message == serial.value.message
+    assert out[-1].exit_code == serial.value.exit_code
+    assert all(_same(h, read_header(p)) for h, p in zip(out[:-1], paths, strict=False))
+
+
+def test_child_failure_falls_back_to_this_process(tmp_path, monkeypatch):
+    paths = _shards(tmp_path, 2 * MIN_FILES)
+    monkeypatch.setattr(header_pool, "_answer", lambda fd, paths: 1 / 0)  # the child crashes
+    out = read_headers(paths)
+    assert all(_same(h, read_header(p)) for h, p in zip(out, paths, strict=True))
+
+
+def test_catalog_reports_the_earlier_duplicate_before_a_later_broken_shard(tmp_path):
+    paths = _shards(tmp_path, 2 * MIN_FILES)
+    name = read_header(paths[0]).entries[0][0]
+    _shard(paths[3], {name: ("BF16", [2, 2])})  # shard 3 repeats a tensor of shard 0
+    paths[-1].write_bytes(b"\x05\x00")  # and the last shard is truncated
+    with pytest.raises(InputError, match="also appears in"):
+        open_local(tmp_path)
