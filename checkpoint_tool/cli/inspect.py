@@ -10,7 +10,7 @@ error (usable as a CI gate); 2 for unreadable input or bad options.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -83,26 +83,30 @@ def register(app: typer.Typer) -> None:
         from checkpoint_tool.catalog import open_catalog
         from checkpoint_tool.catalog.bulk import gc_paused
         from checkpoint_tool.policy import build_policy
-        from checkpoint_tool.policy.render import render_human, render_markdown
 
         with gc_paused():  # ~1M acyclic objects for a full R1: collect once, afterwards
             catalog = open_catalog(src, headers_only=True)
             report = build_policy(catalog, tp=tp, ep=ep, eplb=eplb, all2all=all2all, fse=fse.value)
         # engine section (issue 10): what the target engine does with this checkpoint
         from checkpoint_tool.policy.engine import build_engine_report
-        from checkpoint_tool.policy.engine.render import (
-            render_engine_human,
-            render_engine_markdown,
-            with_engine,
-        )
+        from checkpoint_tool.policy.engine.render import with_engine
 
         engine = build_engine_report(catalog, report, target, tp, moe_backend, ep, eplb, all2all)
         report = with_engine(report, engine)
-        emit(
-            report,
-            OutputFormat(fmt.value),
-            human=lambda r, c: (render_human(r, c), render_engine_human(engine, c)),  # type: ignore[arg-type]
-            markdown=lambda r: render_markdown(r) + render_engine_markdown(engine),  # type: ignore[arg-type]
-        )
+
+        def human(r: Any, console: Any) -> None:
+            from checkpoint_tool.policy.engine.render import render_engine_human
+            from checkpoint_tool.policy.render import render_human
+
+            render_human(r, console)
+            render_engine_human(engine, console)
+
+        def markdown(r: Any) -> str:
+            from checkpoint_tool.policy.engine.render import render_engine_markdown
+            from checkpoint_tool.policy.render import render_markdown
+
+            return render_markdown(r) + render_engine_markdown(engine)
+
+        emit(report, OutputFormat(fmt.value), human=human, markdown=markdown)
         if report.has_errors:
             raise typer.Exit(EXIT_FINDINGS)

@@ -15,9 +15,12 @@ import json
 import sys
 from collections.abc import Callable
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
-from rich.console import Console
+
+if TYPE_CHECKING:  # imported when a human report is drawn (json output never needs rich)
+    from rich.console import Console
 
 
 class OutputFormat(str, Enum):
@@ -28,10 +31,14 @@ class OutputFormat(str, Enum):
 
 
 def stdout_console() -> Console:
+    from rich.console import Console
+
     return Console(soft_wrap=False, width=None if sys.stdout.isatty() else 160)
 
 
 def stderr_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True)
 
 

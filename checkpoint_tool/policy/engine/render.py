@@ -14,12 +14,14 @@ Example (human)::
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.markup import escape
+from typing import TYPE_CHECKING
 
 from checkpoint_tool.policy.report import PolicyReport
 
 from .model import EngineReport
+
+if TYPE_CHECKING:  # rich is imported by the human renderer only (json output never needs it)
+    from rich.console import Console
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 
@@ -42,6 +44,8 @@ def with_engine(policy: PolicyReport, engine: EngineReport | None) -> InspectRep
 def render_engine_human(engine: EngineReport | None, console: Console) -> None:
     if engine is None:
         return
+    from rich.markup import escape
+
     style = (
         "bold red" if engine.summary.errors else "yellow" if engine.summary.warnings else "green"
     )
