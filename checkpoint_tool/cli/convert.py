@@ -28,7 +28,8 @@ HELP = (
     "  ckpt convert ./ckpt ./out --recipe deepseek-v3 --fse off --max-shard-size 2GB\n\n"
     "  ckpt convert ./ckpt ./out --tp 4 --dry-run\n\n"
     "  ckpt convert ./ckpt ./out --tp 4 --resume        # after an interruption\n\n"
-    "  ckpt convert /models/R1 ./r1-l3-4 --layers 3,4 --workers 2 --format json"
+    "  ckpt convert /models/R1 ./r1-l3-4 --layers 3,4 --workers 2 --format json\n\n"
+    "  ckpt convert ./ckpt ./out --no-fsync            # cp-like speed, not power-loss safe"
 )
 
 
@@ -46,6 +47,7 @@ def render_report(report, console: Console) -> None:  # type: ignore[no-untyped-
         f"({human_bytes(report.bytes_written)}, {human_bytes(rate)}/s, {report.seconds:.1f} s, "
         f"{report.workers} worker(s))"
         + (f", {report.files_kept} verified and kept" if report.files_kept else "")
+        + ("" if report.durable else ", not fsynced (--no-fsync)")
     )
     console.print(
         f"{report.tensor_count} tensors, {human_bytes(report.total_size)} of tensor data, "
@@ -119,6 +121,16 @@ def register(app: typer.Typer) -> None:
                 "manifest (reads the whole source once more).",
             ),
         ] = False,
+        fsync: Annotated[
+            bool,
+            typer.Option(
+                "--fsync/--no-fsync",
+                help="fsync every file before renaming it (default). --no-fsync is like cp: "
+                "files still appear under their final names only when complete and the manifest "
+                "is still last (a killed run is safe, --resume works), but a power loss or OS "
+                "crash may lose the last seconds of writes. Same output bytes either way.",
+            ),
+        ] = True,
         dry_run: Annotated[
             bool, typer.Option("--dry-run", help="Print the plan; write nothing.")
         ] = False,
@@ -162,5 +174,6 @@ def register(app: typer.Typer) -> None:
             progress=progress,
             memory_budget=budget,
             hash_source=hash_source,
+            durable=fsync,
         )
         emit(report, OutputFormat(fmt.value), human=render_report)  # type: ignore[arg-type]

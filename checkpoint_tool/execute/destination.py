@@ -51,7 +51,13 @@ def _listing(dst: Path) -> list[str]:
 
 
 def prepare_destination(
-    dst: Path, planned: list[str], plan_sha: str, *, resume: bool, overwrite: bool
+    dst: Path,
+    planned: list[str],
+    plan_sha: str,
+    *,
+    resume: bool,
+    overwrite: bool,
+    durable: bool = True,
 ) -> DestinationState:
     """Check DST against the flags, clean what may be cleaned, and return the run's journal.
 
@@ -64,11 +70,11 @@ def prepare_destination(
     fresh = Journal(plan_sha256=plan_sha, planned=sorted(planned))
     if not dst.exists() or not _listing(dst):
         _mkdir(dst)
-        write_journal(dst, fresh)
+        write_journal(dst, fresh, durable=durable)
         return DestinationState(fresh, resumed=False)
     manifest, journal = read_manifest(dst), read_journal(dst)
     if resume:
-        return _resume(dst, manifest, journal, plan_sha, fresh)
+        return _resume(dst, manifest, journal, plan_sha, fresh, durable)
     if not overwrite:
         raise OutputError(
             f"{dst}: exists and is not empty; use --resume to continue an interrupted ckpt run, "
@@ -97,21 +103,21 @@ def prepare_destination(
         path = dst / name
         if path.exists():
             path.unlink()
-    fsync_dir(dst)
-    write_journal(dst, fresh)
+    fsync_dir(dst, durable)
+    write_journal(dst, fresh, durable=durable)
     return DestinationState(fresh, resumed=False)
 
 
-def _resume(dst, manifest, journal, plan_sha, fresh) -> DestinationState:  # type: ignore[no-untyped-def]
+def _resume(dst, manifest, journal, plan_sha, fresh, durable) -> DestinationState:  # type: ignore[no-untyped-def]
     if manifest is not None and manifest.plan_sha256 == plan_sha:
         recovered = Journal(
             plan_sha256=plan_sha,
             planned=fresh.planned,
             done={f.name: f for f in [*manifest.files, *manifest.other_files]},
         )
-        write_journal(dst, recovered)
+        write_journal(dst, recovered, durable=durable)
         (dst / MANIFEST_NAME).unlink()
-        fsync_dir(dst)
+        fsync_dir(dst, durable)
         return DestinationState(recovered, resumed=True)
     if journal is None or manifest is not None:
         what = "a finished output of a different plan" if manifest else "no ckpt run to resume"

@@ -106,8 +106,8 @@ def manifest_bytes(manifest: Manifest) -> bytes:
     return (json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n").encode()
 
 
-def write_manifest(dst: Path, manifest: Manifest) -> str:
-    return write_bytes_atomic(dst / MANIFEST_NAME, manifest_bytes(manifest))
+def write_manifest(dst: Path, manifest: Manifest, *, durable: bool = True) -> str:
+    return write_bytes_atomic(dst / MANIFEST_NAME, manifest_bytes(manifest), durable=durable)
 
 
 def read_manifest(dst: Path) -> Manifest | None:
@@ -119,9 +119,9 @@ def read_journal(dst: Path) -> Journal | None:
     return _read_model(Path(dst) / JOURNAL_NAME, Journal)
 
 
-def write_journal(dst: Path, journal: Journal) -> None:
+def write_journal(dst: Path, journal: Journal, *, durable: bool = True) -> None:
     data = json.dumps(journal.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
-    write_bytes_atomic(dst / JOURNAL_NAME, data.encode())
+    write_bytes_atomic(dst / JOURNAL_NAME, data.encode(), durable=durable)
 
 
 def _read_model(path: Path, model: type[BaseModel]) -> Any:

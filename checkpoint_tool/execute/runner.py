@@ -11,6 +11,12 @@ Order of a run:
 4. copy side files, write ``config.json`` and ``model.safetensors.index.json`` (atomically);
 5. re-check that no source shard changed, write ``ckpt-manifest.json``, delete the journal.
 
+``durable=False`` (``ckpt convert --no-fsync``) skips every fsync and the early write-back:
+files still appear under their final names only once complete, the journal and ``--resume``
+work as before (journaled files are re-hashed), and the manifest is still written last, so a
+killed process leaves nothing incomplete; only a power loss or OS crash can lose recent writes.
+The output bytes and the manifest do not depend on it.
+
 Threads, not processes: every heavy step (``preadv``, ``write``, sha256, numpy copies) releases
 the GIL, and threads share the shard descriptors. Each file's bytes depend only on the plan, so
 the output is identical for any worker count.
@@ -87,6 +93,7 @@ class ConvertReport(BaseModel):
     workers: int
     chunk_bytes: int
     seconds: float
+    durable: bool = True
 
 
 def chunk_size(memory_budget: int, workers: int) -> int:
@@ -114,6 +121,7 @@ def execute_plan(
     progress: bool | Progress = True,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     hash_source: bool = False,
+    durable: bool = True,
 ) -> ConvertReport:
     """Write ``plan`` into ``dst``: weight files, side files, config, index, manifest last."""
     t0 = time.monotonic()
@@ -131,9 +139,14 @@ def execute_plan(
     with SourceFiles.open(catalog, catalog.files) as sources:
         sha = plan_sha256(plan)
         state = prepare_destination(
-            dst, [*weight_names, *others], sha, resume=resume, overwrite=overwrite
+            dst,
+            [*weight_names, *others],
+            sha,
+            resume=resume,
+            overwrite=overwrite,
+            durable=durable,
         )
-        run = _Run(plan, sources, dst, state.journal, chunk, prog)
+        run = _Run(plan, sources, dst, state.journal, chunk, prog, durable)
         totals = [sum(_tensor_bytes(t) for t in f.tensors) for f in plan.files]
         prog.start(sum(totals), len(plan.files))
         try:
@@ -163,10 +176,10 @@ def execute_plan(
             total_size=sum(totals),
             dropped=plan.dropped,
         )
-        manifest_sha = write_manifest(dst, manifest)
+        manifest_sha = write_manifest(dst, manifest, durable=durable)
         fault_point("manifest")
         (dst / JOURNAL_NAME).unlink(missing_ok=True)
-        fsync_dir(dst)
+        fsync_dir(dst, durable)
     return ConvertReport(
         dst=str(dst),
         resumed=state.resumed,
@@ -181,6 +194,7 @@ def execute_plan(
         workers=workers,
         chunk_bytes=chunk,
         seconds=round(time.monotonic() - t0, 3),
+        durable=durable,
     )
 
 
@@ -252,8 +266,10 @@ class _Run:
         journal: Journal,
         chunk: int,
         progress: Progress,
+        durable: bool = True,
     ) -> None:
         self.plan, self.sources, self.dst = plan, sources, dst
+        self.durable = durable
         self.journal, self.chunk, self.progress = journal, chunk, progress
         self.stop = threading.Event()
         self._lock = threading.Lock()
@@ -301,7 +317,11 @@ class _Run:
         stream = self._stream()
         header = [(t.name, t.dtype, tuple(t.shape)) for t in ofile.tensors]
         with SafetensorsWriter(
-            self.dst / ofile.name, header, metadata=WEIGHT_METADATA, buffer_size=self.chunk
+            self.dst / ofile.name,
+            header,
+            metadata=WEIGHT_METADATA,
+            buffer_size=self.chunk,
+            durable=self.durable,
         ) as w:
             sink = _CountingSink(w, self.progress)
             for t in ofile.tensors:
@@ -316,7 +336,7 @@ class _Run:
             self.journal.done[ofile.name] = FileRecord(
                 name=ofile.name, size=w.size, sha256=w.sha256
             )
-            write_journal(self.dst, self.journal)
+            write_journal(self.dst, self.journal, durable=self.durable)
         fault_point("journal")
         self.progress.file_done(ofile.name, sum(_tensor_bytes(t) for t in ofile.tensors))
 
@@ -344,15 +364,19 @@ class _Run:
     def write_others(self, names: list[str], catalog: Catalog) -> list[FileRecord]:
         """Side files (copied), config.json and the index; returns their records, sorted."""
         records = []
+        durable = self.durable
         for name in names:
             if name == INDEX_NAME:
                 data = _index_bytes(self.plan)
-                records.append(_record(name, data, write_bytes_atomic(self.dst / name, data)))
+                sha = write_bytes_atomic(self.dst / name, data, durable=durable)
+                records.append(_record(name, data, sha))
             elif name == CONFIG_NAME and self.plan.config is not None:
                 data = (json.dumps(self.plan.config, indent=2, sort_keys=True) + "\n").encode()
-                records.append(_record(name, data, write_bytes_atomic(self.dst / name, data)))
+                sha = write_bytes_atomic(self.dst / name, data, durable=durable)
+                records.append(_record(name, data, sha))
             else:
-                records.append(_copy_file(catalog.root / name, self.dst, name, self.chunk))
+                src = catalog.root / name
+                records.append(_copy_file(src, self.dst, name, self.chunk, durable))
             fault_point("other")
         return records
 
@@ -388,7 +412,7 @@ def _index_bytes(plan: Plan) -> bytes:
     return (json.dumps(doc, indent=2) + "\n").encode()
 
 
-def _copy_file(src: Path, root: Path, name: str, chunk: int) -> FileRecord:
+def _copy_file(src: Path, root: Path, name: str, chunk: int, durable: bool = True) -> FileRecord:
     """Copy a side file to ``root / name`` atomically in bounded chunks, hashing it."""
     dst = root / name
     tmp = partial_name(dst)
@@ -403,12 +427,12 @@ def _copy_file(src: Path, root: Path, name: str, chunk: int) -> FileRecord:
                         h.update(block)
                         size += len(block)
                     fout.flush()
-                    fsync(fout.fileno())
+                    fsync(fout.fileno(), durable)
             except OSError as exc:
                 tmp.unlink(missing_ok=True)
                 raise _os_error(dst, exc, "cannot write") from exc
         os.replace(tmp, dst)
-        fsync_dir(dst.parent)
+        fsync_dir(dst.parent, durable)
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise InputError(f"{src}: cannot copy side file ({exc.strerror})") from exc

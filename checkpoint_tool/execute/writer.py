@@ -29,12 +29,13 @@ from checkpoint_tool.execute.hashed_output import HashedOutput, SourceEnded, Sou
 
 #: fsync files and folders before/after renames (durability across power loss). Tests that only
 #: simulate process kills may turn it off: a rename is atomic for other processes either way.
+#: One run turns it off with ``durable=False`` (``ckpt convert --no-fsync``).
 DURABLE = True
 
 
-def fsync(fd: int) -> None:
-    """``os.fsync`` unless durability is switched off (tests)."""
-    if DURABLE:
+def fsync(fd: int, durable: bool = True) -> None:
+    """``os.fsync`` unless durability is switched off (``durable=False`` or tests)."""
+    if durable and DURABLE:
         os.fsync(fd)
 
 
@@ -62,8 +63,10 @@ class SafetensorsWriter:
         metadata: dict[str, str] | None = None,
         *,
         buffer_size: int = DEFAULT_BUFFER,
+        durable: bool = True,
     ) -> None:
         self.path = Path(path)
+        self.durable = durable and DURABLE
         self.tmp = partial_name(self.path)
         prefix, offsets = build_header(tensors, metadata)
         self._expected = [
@@ -81,7 +84,7 @@ class SafetensorsWriter:
             self._fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
             raise _os_error(self.tmp, exc, "cannot create") from exc
-        self._out = HashedOutput(self._fd, self.capacity, writeback=DURABLE)
+        self._out = HashedOutput(self._fd, self.capacity, writeback=self.durable)
         self._copy_in(prefix)
 
     # -- bytes in ---------------------------------------------------------------------------
@@ -183,11 +186,11 @@ class SafetensorsWriter:
         except OSError as exc:
             raise self._failed(exc) from exc
         try:
-            fsync(self._fd)  # type: ignore[arg-type]
+            fsync(self._fd, self.durable)  # type: ignore[arg-type]
             os.close(self._fd)  # type: ignore[arg-type]
             self._fd = None
             os.replace(self.tmp, self.path)
-            fsync_dir(self.path.parent)
+            fsync_dir(self.path.parent, self.durable)
         except OSError as exc:
             self.abort()
             raise _os_error(self.path, exc, "cannot finalize") from exc
@@ -218,9 +221,9 @@ class SafetensorsWriter:
             self.abort()
 
 
-def fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path, durable: bool = True) -> None:
     """fsync a directory so a rename inside it is durable."""
-    if not DURABLE:
+    if not (durable and DURABLE):
         return
     fd = os.open(folder, os.O_RDONLY)
     try:
@@ -229,7 +232,7 @@ def fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> str:
+def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> str:
     """Write a small file (JSON, config) atomically; return its sha256."""
     path = Path(path)
     tmp = partial_name(path)
@@ -237,9 +240,9 @@ def write_bytes_atomic(path: Path, data: bytes) -> str:
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
-            fsync(fh.fileno())
+            fsync(fh.fileno(), durable)
         os.replace(tmp, path)
-        fsync_dir(path.parent)
+        fsync_dir(path.parent, durable)
     except OSError as exc:
         if tmp.exists():
             tmp.unlink()

@@ -99,3 +99,54 @@ def test_write_errors_surface_at_the_next_call(tmp_path, source, monkeypatch):
         out.finish()
     assert err.value.errno == errno.ENOSPC
     os.close(fd)
+
+
+def test_hash_left_running_across_runs_stays_in_file_order(tmp_path, source, monkeypatch):
+    """A copy leaves its last window's hash running while the next operation starts; a slow
+    hash must still be folded in file order (short non-adjacent runs, staged bytes between)."""
+    import time
+
+    fd_src, data = source
+    monkeypatch.setattr(hashed_output, "ZERO_COPY_MIN", 64)
+    real = HashedOutput._hash_written
+
+    def slow(self, offset, nbytes):
+        time.sleep(0.002)
+        real(self, offset, nbytes)
+
+    monkeypatch.setattr(HashedOutput, "_hash_written", slow)
+    rng = random.Random(5)
+    ops = []
+    for _ in range(40):
+        offset = rng.randrange(0, 19_000)
+        ops.append(("copy", offset, rng.randrange(64, 1000)))
+        if rng.random() < 0.3:
+            ops.append(("stage", rng.randbytes(rng.randrange(1, 300))))
+    got, expected, size, sha = _write(tmp_path, fd_src, data, ops, capacity=256)
+    assert got == expected and size == len(expected)
+    assert sha == hashlib.sha256(expected).hexdigest()
+
+
+def test_every_writeback_request_is_done_when_finish_returns(tmp_path, source, monkeypatch):
+    """Write-back requests run on their own thread; finish() waits for them, so the caller may
+    close the descriptor at once (a late request would fail on the closed descriptor)."""
+    import time
+
+    fd_src, data = source
+    monkeypatch.setattr(hashed_output, "ZERO_COPY_MIN", 64)
+    done: list[tuple[int, int]] = []
+
+    def slow_kick(fd, offset, nbytes):
+        time.sleep(0.003)
+        os.fstat(fd)  # EBADF once the descriptor is closed
+        done.append((offset, nbytes))
+
+    monkeypatch.setattr(hashed_output, "_start_writeback", slow_kick)
+    ops = [("copy", 100, 900), ("stage", b"x" * 500), ("copy", 5000, 3000), ("copy", 9000, 70)]
+    got, expected, size, _ = _write(tmp_path, fd_src, data, ops, capacity=256)
+    assert got == expected
+    covered = 0
+    for offset, nbytes in sorted(done):
+        assert offset == covered
+        covered += nbytes
+    assert covered == size

@@ -162,3 +162,25 @@ def test_plain_progress_lines(source, tmp_path, capsys):
     execute_plan(tiny_plan(root), open_local(root), tmp_path / "dst", progress=True)
     err = capsys.readouterr().err
     assert "[1/3]" in err and "[3/3]" in err and "model-00002-of-00003.safetensors" in err
+
+
+def test_no_fsync_writes_the_same_bytes_and_manifest_without_fsync(source, tmp_path, monkeypatch):
+    """durable=False (``--no-fsync``) changes nothing in the output, only skips the fsyncs (and
+    the early write-back); the default run fsyncs files and folders."""
+    from checkpoint_tool.execute import writer
+
+    root, _ = source
+    plan = tiny_plan(root)
+    monkeypatch.setattr(writer, "DURABLE", True)  # the conftest turns it off for speed
+    calls: list[int] = []
+    kicks: list[int] = []
+    real_fsync, real_kick = os.fsync, hashed_output._start_writeback
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(fd), real_fsync(fd))[1])
+    monkeypatch.setattr(hashed_output, "_start_writeback", lambda *a: (kicks.append(1), real_kick(*a))[1])  # fmt: skip
+    durable = execute_plan(plan, open_local(root), tmp_path / "durable", progress=False)
+    assert durable.durable and len(calls) >= len(plan.files) and kicks
+    calls.clear(), kicks.clear()
+    fast = execute_plan(plan, open_local(root), tmp_path / "fast", progress=False, durable=False)
+    assert not fast.durable and calls == [] and kicks == []
+    assert tree_bytes(tmp_path / "durable") == tree_bytes(tmp_path / "fast")
+    assert fast.manifest_sha256 == durable.manifest_sha256
