@@ -1,4 +1,4 @@
-from checkpoint_tool.cli.app import main
+from checkpoint_tool.cli.app import run
 
 if __name__ == "__main__":
-    main()
+    run()

@@ -7,7 +7,9 @@ User errors (``CkptError``) print one line on stderr and exit with their code.
 
 from __future__ import annotations
 
+import atexit
 import importlib
+import os
 import sys
 
 import typer
@@ -123,3 +125,31 @@ def main() -> None:
             sys.exit(code)
         raise
     sys.exit(rc if isinstance(rc, int) else 0)
+
+
+def run() -> None:
+    """The ``ckpt`` console script: ``main``, then a quick exit.
+
+    A command like ``inspect`` leaves ~1M small objects (headers of 92k tensors) for the
+    interpreter to free one by one at shutdown (~0.1 s on a full DeepSeek-R1). Once the
+    command is done and its output flushed, the exit handlers run and the process ends
+    without that teardown. An error inside the exit path falls back to the normal exit.
+    """
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+    else:  # main always exits; keep the normal path if that ever changes
+        code = 0
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # sys.exit("message") prints it, exit status 1
+        print(code, file=sys.stderr)
+        code = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        atexit._run_exitfuncs()
+    except BaseException:
+        sys.exit(code)
+    os._exit(code)
