@@ -33,7 +33,7 @@ from checkpoint_tool.quant.configs import (
 )
 from checkpoint_tool.quant.configs.base import FLOAT_DTYPES, unquantized
 from checkpoint_tool.quant.configs.names import (
-    expert_parts,
+    PACKED_SHARD_NAMES,
     non_linear_reason,
     packed_siblings,
     split_tensor_name,
@@ -262,9 +262,16 @@ def _cached_module_scheme(
     """
     key = None
     if semantics == "vllm" and qconfig.experts_resolve_by_layer:
-        parts = expert_parts(module)
-        if parts is not None:
-            key = (parts[0], parts[2])
+        # expert_parts(module) -> (prefix, proj), inlined: this runs once per module (~46k)
+        head, _, proj = module.rpartition(".")
+        prefix, _, index = head.rpartition(".")
+        if (
+            prefix.endswith(".experts")
+            and index.isdecimal()
+            and proj.isascii()
+            and proj.replace("_", "a").isalnum()
+        ):
+            key = (prefix, proj)
     scheme = cache.get(key) if key is not None else None
     if scheme is None:
         scheme = _module_scheme(qconfig, module, semantics)
@@ -321,9 +328,9 @@ def _resolve_catalog(catalog: Any, qconfig: QuantConfig, semantics: Semantics) -
     for name, e in catalog.tensors.items():
         module, _, suffix = name.rpartition(".")  # split_tensor_name, inlined: ~92k names
         role = role_of(suffix)
-        scheme = cache.get(module) if role is not None else None
-        if scheme is not None and suffix not in FUSED_EXPERT_PARAMS:
-            t = ResolvedTensor(name, module, role, scheme)  # a sibling of a resolved module
+        if role is not None and suffix not in FUSED_EXPERT_PARAMS:  # _resolve_split, inlined
+            scheme = cache.get(module) or _cached_module_scheme(qconfig, module, semantics, cache)
+            t = ResolvedTensor(name, module, role, scheme)
         else:
             t = _resolve_split(qconfig, name, module, suffix, e.dtype, e.shape, semantics, cache)
         tensors[name] = t
@@ -470,7 +477,17 @@ def _check_module(
 def _check_packed(catalog: Any, rc: ResolvedCatalog) -> None:
     weights = rc.weights()
     seen: set[tuple[str, ...]] = set()
-    for module in sorted(weights):
+    # cheap first cut (~46k modules): a packed shard's last component, not a routed expert
+    # (``expert_parts`` inlined: the last component is a known word here)
+    maybe = []
+    for module in weights:
+        head, _, last = module.rpartition(".")
+        if last in PACKED_SHARD_NAMES:
+            prefix, _, index = head.rpartition(".")
+            if not (index.isdecimal() and prefix.endswith(".experts")):
+                maybe.append(module)
+    maybe.sort()
+    for module in maybe:
         packed = packed_siblings(module)  # None for routed experts
         if packed is None:
             continue

@@ -31,7 +31,7 @@ _DSV4_PACKED: list[tuple[str, str, tuple[str, ...]]] = [
 ]
 
 #: every last name component that can be a packed shard (a cheap first test)
-_PACKED_SHARD_NAMES = frozenset(
+PACKED_SHARD_NAMES = frozenset(
     {"w1", "w3"}
     | {s for _, _, shards in _DSV4_PACKED for s in shards}
     | {s for shards in PACKED_MODULES.values() for s in shards}
@@ -91,7 +91,7 @@ def packed_siblings(module: str) -> tuple[str, list[str]] | None:
     is loaded on its own.
     """
     parent, dot, last = module.rpartition(".")
-    if not dot or last not in _PACKED_SHARD_NAMES or expert_parts(module) is not None:
+    if not dot or last not in PACKED_SHARD_NAMES or expert_parts(module) is not None:
         return None
     parent_last = parent.rpartition(".")[2]
     for owner, fused, shards in _DSV4_PACKED:
