@@ -90,13 +90,11 @@ def build_policy(
         layers.append(_layer_policy(layer, routed, shared, decisions[layer.layer], tp=tp, ep=ep))
 
     where = str(catalog.root / "config.json")
-    issues: list[Issue] = [
-        *option_issues,
-        *rc.issues,
-        *moe_structure_issues(facts, catalog.tensors),
-        *unmatched_pattern_issues(rc.qconfig, catalog.tensors, where),
-        *padding_issues(layers),
-    ]
+    # rc.issues last: on a large catalog they may still be computed by a forked child
+    structure = moe_structure_issues(facts, catalog.tensors)
+    unmatched = unmatched_pattern_issues(rc.qconfig, catalog.tensors, where)
+    padding = padding_issues(layers)
+    issues: list[Issue] = [*option_issues, *rc.issues, *structure, *unmatched, *padding]
     issues = _dedupe(issues)
     return PolicyReport(
         source=str(getattr(catalog, "source", "") or catalog.root),

@@ -82,7 +82,7 @@ def test_first_error_wins_and_ends_the_list(tmp_path, bad_at):
 
 def test_child_failure_falls_back_to_this_process(tmp_path, monkeypatch):
     paths = _shards(tmp_path, 2 * MIN_FILES)
-    monkeypatch.setattr(header_pool, "_answer", lambda fd, paths: 1 / 0)  # the child crashes
+    monkeypatch.setattr(header_pool, "_records", lambda paths: 1 / 0)  # the child crashes
     out = read_headers(paths)
     assert all(_same(h, read_header(p)) for h, p in zip(out, paths, strict=True))
 
