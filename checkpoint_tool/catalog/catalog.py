@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -92,24 +93,41 @@ class Catalog:
         return out
 
 
-def open_catalog(source: str | os.PathLike[str], *, headers_only: bool = True) -> Catalog:
-    """Open a local path or a Hugging Face repo id (``org/name``, ``hf://org/name@rev``)."""
+def open_catalog(
+    source: str | os.PathLike[str],
+    *,
+    headers_only: bool = True,
+    meanwhile: Callable[[], object] | None = None,
+) -> Catalog:
+    """Open a local path or a Hugging Face repo id (``org/name``, ``hf://org/name@rev``).
+
+    ``meanwhile`` (e.g. importing what comes next) is called once while the headers are
+    read, when a forked child parses part of them (``header_pool``).
+    """
     from checkpoint_tool.catalog.sources import resolve_source
 
     root, single_file, revision = resolve_source(str(source), headers_only=headers_only)
-    cat = open_local(root, single_file=single_file)
+    cat = open_local(root, single_file=single_file, meanwhile=meanwhile)
     cat.source = str(source)
     cat.revision = revision
     return cat
 
 
-def open_local(root: Path, *, single_file: str | None = None) -> Catalog:
-    """Open a local folder (or one file inside it) as a catalog."""
+def open_local(
+    root: Path,
+    *,
+    single_file: str | None = None,
+    meanwhile: Callable[[], object] | None = None,
+) -> Catalog:
+    """Open a local folder (or one file inside it) as a catalog (``meanwhile``: see
+    ``open_catalog``)."""
     with gc_paused():  # ~1M acyclic objects for a full R1: no cycles to look for
-        return _open_local(Path(root), single_file)
+        return _open_local(Path(root), single_file, meanwhile)
 
 
-def _open_local(root: Path, single_file: str | None) -> Catalog:
+def _open_local(
+    root: Path, single_file: str | None, meanwhile: Callable[[], object] | None
+) -> Catalog:
     if not root.exists():
         raise InputError(f"{root}: no such file or folder; give a checkpoint folder or a repo id")
     config = _read_json_if_present(root / "config.json")
@@ -133,7 +151,7 @@ def _open_local(root: Path, single_file: str | None) -> Catalog:
     cat = Catalog(
         root=root, tensors={}, files=files, config=config, hf_quant_config=hf_quant, index=index
     )
-    headers = read_headers([root / rel for rel in files])
+    headers = read_headers([root / rel for rel in files], meanwhile=meanwhile)
     for rel, header in zip(files, headers, strict=False):
         if isinstance(header, InputError):
             raise header
