@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from checkpoint_tool.catalog.bulk import gc_paused
-from checkpoint_tool.catalog.header_pool import read_headers
+from checkpoint_tool.catalog.header_pool import HeaderReader
 from checkpoint_tool.catalog.paths import safe_relative
 from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES, FileHeader
 from checkpoint_tool.errors import InputError
@@ -133,11 +133,18 @@ def _open_local(
     config = _read_json_if_present(root / "config.json")
     hf_quant = _read_json_if_present(root / "hf_quant_config.json")
     index = None
+    reader = None
     if single_file is not None:
         files = [single_file]
     elif (root / INDEX_NAME).exists():
-        index = _read_json_if_present(root / INDEX_NAME)
-        files = _files_from_index(root, index or {})
+        # a forked child starts parsing the shards next to the index while it is read here
+        reader = HeaderReader(sorted(root.glob("*.safetensors")))
+        try:
+            index = _read_json_if_present(root / INDEX_NAME)
+            files = _files_from_index(root, index or {})
+        except BaseException:
+            reader.close()
+            raise
     else:
         files = sorted(p.name for p in root.glob("*.safetensors"))
         if not files:
@@ -151,14 +158,18 @@ def _open_local(
     cat = Catalog(
         root=root, tensors={}, files=files, config=config, hf_quant_config=hf_quant, index=index
     )
-    headers = read_headers([root / rel for rel in files], meanwhile=meanwhile)
+    new = tuple.__new__
+    paths = [root / rel for rel in files]
+    headers = (reader or HeaderReader(paths)).read(paths, meanwhile)
     for rel, header in zip(files, headers, strict=False):
         if isinstance(header, InputError):
             raise header
         cat.headers[rel] = header
         cat.header_bytes_read += 8 + header.header_len
+        # tuple.__new__: a TensorEntry without the named tuple's Python-level __new__
+        # (~0.4 us less per tensor, ~92k tensors for R1)
         found = {
-            name: TensorEntry(name, rel, dtype, shape, begin, end)
+            name: new(TensorEntry, (name, rel, dtype, shape, begin, end))
             for name, dtype, shape, begin, end in header.entries
         }
         if not cat.tensors.keys().isdisjoint(found):  # iterates over found

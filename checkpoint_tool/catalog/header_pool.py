@@ -1,16 +1,21 @@
 """Read many safetensors headers on two cores: this process and one forked child.
 
 Parsing a header is pure Python work (JSON, then the checks of ``read_header``): ~0.5 s for
-the 163 shards / 92k tensors of DeepSeek-R1. With at least ``MIN_FILES`` files and a second
-core (``checkpoint_tool.forked``), a child parses the last 60 % while this process parses
-the rest. Results and errors are exactly those of ``read_header`` in file order: the first
-failing file's ``InputError`` takes the place of its header and nothing after it is
-returned. Without a child answer, this process reads those files itself.
+the 163 shards / 92k tensors of DeepSeek-R1. ``HeaderReader(candidates)`` starts a forked
+child (``checkpoint_tool.forked``) on the last ``1 - PARENT_SHARE`` of the candidate files
+at once, so that this process can meanwhile read the index, import what comes next and
+parse its own share. ``read(paths)`` then returns exactly what ``read_header`` gives file by
+file, in ``paths`` order: the first failing file's ``InputError`` takes the place of its
+header and nothing after it is returned. Candidates that ``paths`` does not name (a stale
+shard next to the index) are never reported; files nobody parsed yet, or that the child
+did not answer for, are parsed here.
 
 Example::
 
-    read_headers([Path("m/model-00001-of-00002.safetensors"), ...])
-    # [FileHeader(...), FileHeader(...)]  or  [FileHeader(...), InputError(...)]
+    reader = HeaderReader(sorted(root.glob("*.safetensors")))   # the child starts
+    files = files_from_index(...)                               # meanwhile, here
+    reader.read([root / f for f in files])
+    # [FileHeader(...), ...]  or  [FileHeader(...), InputError(...)]
 """
 
 from __future__ import annotations
@@ -24,56 +29,91 @@ from checkpoint_tool.forked import Forked, can_fork
 
 #: fewer files than this are read here: a fork and a pipe cost ~10 ms
 MIN_FILES = 16
-#: the share of the files this process parses: less than half, as it also unpacks the
+#: the share of the candidates this process parses: it also reads the index, unpacks the
 #: child's answer and builds the catalog from all of them
-PARENT_SHARE = 0.4
+PARENT_SHARE = 0.3
+
+Result = FileHeader | InputError
+
+
+class HeaderReader:
+    """Headers of files among ``candidates``, parsed partly by a forked child."""
+
+    def __init__(self, candidates: list[Path]) -> None:
+        self.child: Forked | None = None
+        self.child_paths: list[Path] = []
+        if len(candidates) >= MIN_FILES and can_fork():
+            self.child_paths = candidates[int(len(candidates) * PARENT_SHARE) :]
+            self.child = Forked(_records, self.child_paths)
+
+    def read(
+        self, paths: list[Path], meanwhile: Callable[[], object] | None = None
+    ) -> list[Result]:
+        """``read_header`` of each path, in order, stopping after the first ``InputError``;
+        ``meanwhile`` is called once while the child works."""
+        try:
+            theirs = set(self.child_paths) if self.child is not None else set()
+            if meanwhile is not None:
+                meanwhile()
+            done = _read_serial([p for p in paths if p not in theirs])
+            if self.child is not None:
+                done.update(self._answers())
+        finally:
+            self.close()
+        out: list[Result] = []
+        for path in paths:
+            header = done.get(path)
+            if header is None:  # after an error of its reader, or no answer from the child
+                header = _read_one(path)
+            out.append(header)
+            if isinstance(header, InputError):
+                break
+        return out
+
+    def _answers(self) -> dict[Path, Result]:
+        child, self.child = self.child, None
+        records = child.result() if child is not None else None
+        if records is None:
+            return {}
+        return {
+            path: _header(path, rec) for path, rec in zip(self.child_paths, records, strict=False)
+        }
+
+    def close(self) -> None:
+        """Stop the child if its answer is no longer wanted (an error before ``read``)."""
+        if self.child is not None:
+            self.child.abandon()
+            self.child = None
 
 
 def read_headers(
     paths: list[Path], *, meanwhile: Callable[[], object] | None = None
-) -> list[FileHeader | InputError]:
-    """``read_header`` of each path, in order, stopping after the first ``InputError``.
+) -> list[Result]:
+    """``HeaderReader(paths).read(paths, meanwhile)``."""
+    return HeaderReader(paths).read(paths, meanwhile)
 
-    ``meanwhile`` is called once, while the child (if any) parses its share: work this
-    process would do next anyway (``inspect`` imports the policy code, ~0.2 s).
-    """
-    if len(paths) < MIN_FILES or not can_fork():
-        if meanwhile is not None:
-            meanwhile()
-        return _read_serial(paths)
-    half = int(len(paths) * PARENT_SHARE)
-    child = Forked(_records, paths[half:])
+
+def _read_one(path: Path) -> Result:
     try:
-        if meanwhile is not None:
-            meanwhile()
-        mine = _read_serial(paths[:half])
-    except BaseException:
-        child.abandon()
-        raise
-    if isinstance(mine[-1], InputError):  # an earlier file failed: the child's files don't count
-        child.abandon()
-        return mine
-    records = child.result()
-    if records is None:
-        return mine + _read_serial(paths[half:])
-    return mine + [_header(path, rec) for path, rec in zip(paths[half:], records, strict=False)]
+        return read_header(path)
+    except InputError as exc:
+        return exc
 
 
-def _read_serial(paths: list[Path]) -> list[FileHeader | InputError]:
-    out: list[FileHeader | InputError] = []
+def _read_serial(paths: list[Path]) -> dict[Path, Result]:
+    """Headers of ``paths`` in order, up to and including the first error."""
+    out: dict[Path, Result] = {}
     for path in paths:
-        try:
-            out.append(read_header(path))
-        except InputError as exc:
-            out.append(exc)
+        out[path] = header = _read_one(path)
+        if isinstance(header, InputError):
             break
     return out
 
 
 def _records(paths: list[Path]) -> list[tuple]:
-    """The child's answer: one plain tuple per file, the first error last."""
+    """The child's answer: one plain tuple per file, in order, the first error last."""
     records: list[tuple] = []
-    for h in _read_serial(paths):
+    for h in _read_serial(paths).values():
         if isinstance(h, InputError):
             records.append(("error", h.message, h.exit_code))
         else:
@@ -81,7 +121,7 @@ def _records(paths: list[Path]) -> list[tuple]:
     return records
 
 
-def _header(path: Path, rec: tuple) -> FileHeader | InputError:
+def _header(path: Path, rec: tuple) -> Result:
     if rec[0] == "error":
         return InputError(rec[1], exit_code=rec[2])
     header_len, file_size, entries, metadata = rec

@@ -94,3 +94,34 @@ def test_catalog_reports_the_earlier_duplicate_before_a_later_broken_shard(tmp_p
     paths[-1].write_bytes(b"\x05\x00")  # and the last shard is truncated
     with pytest.raises(InputError, match="also appears in"):
         open_local(tmp_path)
+
+
+def _index(tmp_path: Path, paths: list[Path]) -> None:
+    weight_map = {name: p.name for p in paths for name, *_ in read_header(p).entries}
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {}, "weight_map": weight_map})
+    )
+
+
+def test_stale_shard_next_to_the_index_is_never_reported(tmp_path):
+    paths = _shards(tmp_path, 2 * MIN_FILES)
+    _index(tmp_path, paths)
+    (tmp_path / "zz-stale.safetensors").write_bytes(b"\x05\x00")  # the child's share, not indexed
+    cat = open_local(tmp_path)
+    assert cat.files == [p.name for p in paths]
+    assert len(cat.tensors) == sum(len(read_header(p).entries) for p in paths)
+
+
+def test_bad_index_while_the_child_parses(tmp_path):
+    _shards(tmp_path, 2 * MIN_FILES)
+    (tmp_path / "model.safetensors.index.json").write_text("{not json")
+    with pytest.raises(InputError, match="not valid JSON"):
+        open_local(tmp_path)
+
+
+def test_indexed_shard_broken_in_the_childs_share(tmp_path):
+    paths = _shards(tmp_path, 2 * MIN_FILES)
+    _index(tmp_path, paths)
+    paths[-2].write_bytes(b"\x05\x00")
+    with pytest.raises(InputError, match=paths[-2].name):
+        open_local(tmp_path)
