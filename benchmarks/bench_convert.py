@@ -6,11 +6,17 @@ Sections (all by default; pick with ``--only``):
   same source on the same disk, run alternately for ``--rounds`` rounds after one warm-up of
   each (so both read a warm page cache), ``sync`` before every timed run (so neither pays for
   the other's write-back). ``ckpt`` fsyncs every file before renaming it, so ``cp -r; sync`` is
-  reported too (the durable baseline). Ratios use the best round of each.
+  reported too (the durable baseline), and ``ckpt convert --no-fsync`` (cp-like semantics) is
+  timed with one worker. Ratios use the best round of each. Two floors are printed: sha256 of
+  the source bytes alone on one thread (the manifest needs the sha256 of every output byte, and
+  one file's hash is one sequential stream), and ``cp -r; sync`` for a durable run.
+  ``--max-shard-size`` is passed to convert (default 5GB: a 2 GB source becomes one file, so K
+  only matters with smaller shards).
 - ``io``: the raw copy loops the executor could use, on the largest source shard (wall and CPU):
   pread+write, pread+sha256+write, the same + ``posix_fadvise(DONTNEED)`` after each chunk to
   start write-back early, ``copy_file_range`` alone (what ``cp`` does), and ``copy_file_range``
-  + sha256 of a mapping of the written pages + fadvise (what ckpt does for verbatim runs).
+  + sha256 of a mapping of the written pages + fadvise, inline or on a helper thread (what ckpt
+  does for verbatim runs).
 - ``memory``: peak RSS of whole ``ckpt convert`` processes (``/usr/bin/time -v``) for each
   ``--mem-src`` (e.g. a 2 GB and an 8 GB checkpoint), against ``ckpt --version`` (interpreter +
   imports). Target: equal within 10 % and < 1 GiB.
@@ -109,7 +115,23 @@ def make_random(dst: Path, size_gb: float, preset: str = "quark-hybrid") -> Path
 
 
 # -- throughput ---------------------------------------------------------------------------------
-def throughput(src: Path, work: Path, rounds: int, workers: list[int]) -> None:
+def sha256_floor(src: Path, window: int = 64 << 20) -> float:
+    """Seconds to sha256 every byte of the source's files on one thread (warm page cache)."""
+    import mmap
+
+    t = time.perf_counter()
+    for path in sorted(p for p in src.rglob("*") if p.is_file() and p.stat().st_size):
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, prot=mmap.PROT_READ) as m:
+            h, view = hashlib.sha256(), memoryview(m)
+            for pos in range(0, len(view), window):
+                h.update(view[pos : pos + window])
+            view.release()
+    return time.perf_counter() - t
+
+
+def throughput(
+    src: Path, work: Path, rounds: int, workers: list[int], shard_size: str = "5GB"
+) -> None:
     size = tree_size(src)
     out = work / "out"
 
@@ -121,10 +143,11 @@ def throughput(src: Path, work: Path, rounds: int, workers: list[int]) -> None:
         shutil.rmtree(out, ignore_errors=True)
         return timed(f"cp -r '{src}' '{out}' && sync", shell=True)[0]
 
-    def convert(k: int) -> tuple[float, float]:
+    def convert(k: int, *extra: str) -> tuple[float, float]:
         shutil.rmtree(out, ignore_errors=True)
         wall, stdout = timed([*CKPT, "convert", str(src), str(out), "--tp", "1", "--workers",
-                              str(k), "--no-progress", "--format", "json"])  # fmt: skip
+                              str(k), "--no-progress", "--format", "json",
+                              "--max-shard-size", shard_size, *extra])  # fmt: skip
         return wall, json.loads(stdout)["seconds"]
 
     startup = min(timed([*CKPT, "--version"])[0] for _ in range(2))
@@ -132,35 +155,42 @@ def throughput(src: Path, work: Path, rounds: int, workers: list[int]) -> None:
     cp(), convert(1)  # warm-up: source in the page cache for both
     runs: dict[str, list[float]] = {"cp -r": [], "cp -r; sync": []}
     cpu: dict[str, list[float]] = {"cp -r": [], "cp -r; sync": []}
-    for k in workers:
-        runs[f"ckpt K={k} (process)"] = []
-        runs[f"ckpt K={k} (execute)"] = []
-        cpu[f"ckpt K={k} (process)"] = []
+    variants = [(f"K={k}", k, ()) for k in workers] + [("K=1 --no-fsync", 1, ("--no-fsync",))]
+    for name, _, _ in variants:
+        runs[f"ckpt {name} (process)"] = []
+        runs[f"ckpt {name} (execute)"] = []
+        cpu[f"ckpt {name} (process)"] = []
     for _ in range(rounds):
         runs["cp -r"].append(cp())
         cpu["cp -r"].append(LAST_CPU[0])
-        for k in workers:
-            wall, execute = convert(k)
-            runs[f"ckpt K={k} (process)"].append(wall)
-            runs[f"ckpt K={k} (execute)"].append(execute)
-            cpu[f"ckpt K={k} (process)"].append(LAST_CPU[0])
+        for name, k, extra in variants:
+            wall, execute = convert(k, *extra)
+            runs[f"ckpt {name} (process)"].append(wall)
+            runs[f"ckpt {name} (execute)"].append(execute)
+            cpu[f"ckpt {name} (process)"].append(LAST_CPU[0])
         runs["cp -r; sync"].append(cp_sync())
         cpu["cp -r; sync"].append(LAST_CPU[0])
     shutil.rmtree(out, ignore_errors=True)
-    print(f"\n== throughput: {src} ({size / 1e9:.2f} GB), {rounds} rounds, {load()}")
+    floor = sha256_floor(src)
+    print(f"\n== throughput: {src} ({size / 1e9:.2f} GB), {rounds} rounds, "
+          f"--max-shard-size {shard_size}, {load()}")  # fmt: skip
     print(f"python + imports (`ckpt --version`): {startup:.2f} s wall, {startup_cpu:.2f} s CPU, "
           "paid once per process")  # fmt: skip
     best = {name: min(v) for name, v in runs.items()}
     for name, values in runs.items():
         cpu_text = f"  CPU {min(cpu[name]):6.2f} s" if name in cpu else ""
-        print(f"  {name:<22} best {best[name]:6.2f} s  median {statistics.median(values):6.2f} s"
+        print(f"  {name:<31} best {best[name]:6.2f} s  median {statistics.median(values):6.2f} s"
               f"  {size / best[name] / 1e9:5.2f} GB/s{cpu_text}   rounds "
               f"{[round(v, 2) for v in values]}")  # fmt: skip
-    for k in workers:
-        p, e = best[f"ckpt K={k} (process)"], best[f"ckpt K={k} (execute)"]
-        print(f"  ratio K={k}: process/cp {p / best['cp -r']:.2f}, execute/cp "
+    for name, _, _ in variants:
+        p, e = best[f"ckpt {name} (process)"], best[f"ckpt {name} (execute)"]
+        print(f"  ratio {name}: process/cp {p / best['cp -r']:.2f}, execute/cp "
               f"{e / best['cp -r']:.2f}; process/(cp; sync) {p / best['cp -r; sync']:.2f}, "
               f"execute/(cp; sync) {e / best['cp -r; sync']:.2f}")  # fmt: skip
+    print(f"  floors: sha256 of the source bytes on one thread {floor:.2f} s "
+          f"(= {floor / best['cp -r']:.2f} x cp -r; one output file's hash is one sequential "
+          f"stream), cp -r; sync {best['cp -r; sync']:.2f} s "
+          f"(= {best['cp -r; sync'] / best['cp -r']:.2f} x cp -r) for a durable copy")  # fmt: skip
     c1 = min(cpu["ckpt K=1 (process)"]) if "ckpt K=1 (process)" in cpu else float("nan")
     print(f"  CPU seconds (user+sys, best round): ckpt K=1 {c1:.2f} (of which imports "
           f"{startup_cpu:.2f}) vs cp -r {min(cpu['cp -r']):.2f}; on a busy machine wall time "
@@ -173,7 +203,9 @@ def throughput(src: Path, work: Path, rounds: int, workers: list[int]) -> None:
 def io_loops(src: Path, work: Path, rounds: int, chunk: int = 64 << 20) -> None:
     import mmap
     import resource
+    from concurrent.futures import ThreadPoolExecutor
 
+    kicker = ThreadPoolExecutor(1)
     shard = max(src.glob("*.safetensors"), key=lambda p: p.stat().st_size)
     size = shard.stat().st_size
     dst = work / "io.bin"
@@ -190,6 +222,7 @@ def io_loops(src: Path, work: Path, rounds: int, chunk: int = 64 << 20) -> None:
         fo = os.open(dst, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         buf = memoryview(bytearray(chunk))
         h, pos = hashlib.sha256(), 0
+        kicks: list = []
         while pos < size:
             n = min(chunk, size - pos)
             if kind.startswith("copy_file_range"):
@@ -205,15 +238,20 @@ def io_loops(src: Path, work: Path, rounds: int, chunk: int = 64 << 20) -> None:
                 if "sha256" in kind:
                     h.update(buf[:n])
                 os.pwrite(fo, buf[:n], pos)
-            if "fadvise" in kind:  # start write-back now
+            if "fadvise(thread)" in kind:  # start write-back now, without waiting for it
+                kicks.append(kicker.submit(os.posix_fadvise, fo, pos, n, os.POSIX_FADV_DONTNEED))
+            elif "fadvise" in kind:  # start write-back now
                 os.posix_fadvise(fo, pos, n, os.POSIX_FADV_DONTNEED)
             pos += n
+        for kick in kicks:
+            kick.result()
         os.fsync(fo)
         os.close(fi), os.close(fo)
         return time.perf_counter() - t, self_cpu() - c
 
     kinds = ["pread+write", "pread+sha256+write", "pread+sha256+write+fadvise",
-             "copy_file_range", "copy_file_range+sha256(mmap)+fadvise"]  # fmt: skip
+             "copy_file_range", "copy_file_range+sha256(mmap)+fadvise",
+             "copy_file_range+sha256(mmap)+fadvise(thread)"]  # fmt: skip
     loop(kinds[0])
     res = {k: [loop(k) for _ in range(rounds)] for k in kinds}
     dst.unlink(missing_ok=True)
@@ -221,10 +259,10 @@ def io_loops(src: Path, work: Path, rounds: int, chunk: int = 64 << 20) -> None:
           f"best of {rounds}, {load()}")  # fmt: skip
     for k, v in res.items():
         wall, cpu = min(w for w, _ in v), min(c for _, c in v)
-        print(f"  {k:<38} wall {wall:6.2f} s ({size / wall / 1e9:5.2f} GB/s)  CPU {cpu:5.2f} s")
+        print(f"  {k:<46} wall {wall:6.2f} s ({size / wall / 1e9:5.2f} GB/s)  CPU {cpu:5.2f} s")
     print(
-        "  ckpt: copy_file_range + sha256(mmap) + fadvise for verbatim runs >= 1 MiB, "
-        "pread + sha256 + pwrite + fadvise for the rest"
+        "  ckpt: copy_file_range + sha256(mmap) + fadvise(thread) for verbatim runs >= 1 MiB, "
+        "pread + sha256 + pwrite + fadvise(thread) for the rest (no fadvise with --no-fsync)"
     )
 
 
@@ -315,6 +353,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--only", default="throughput,io,memory,scale")
+    ap.add_argument("--max-shard-size", default="5GB", help="passed to convert (throughput)")
     ap.add_argument(
         "--make",
         type=float,
@@ -337,7 +376,7 @@ def main() -> int:
         print(f"not enough free disk in {args.workdir}: {free / 1e9:.1f} GB < {need / 1e9:.1f} GB")
         return 1
     if "throughput" in only and args.src:
-        throughput(args.src, args.workdir, args.rounds, workers)
+        throughput(args.src, args.workdir, args.rounds, workers, args.max_shard_size)
     if "io" in only and args.src:
         io_loops(args.src, args.workdir, args.rounds)
     if "memory" in only and args.mem_src:
