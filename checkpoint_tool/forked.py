@@ -88,6 +88,12 @@ class Forked:
         except (EOFError, ValueError, TypeError):
             return None
 
+    def __del__(self) -> None:  # an answer nobody asked for: do not leave the child blocked
+        try:
+            self.abandon()
+        except OSError:
+            pass
+
     def abandon(self) -> None:
         """Stop the child and forget its answer."""
         if self.pid < 0:

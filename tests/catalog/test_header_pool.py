@@ -125,3 +125,17 @@ def test_indexed_shard_broken_in_the_childs_share(tmp_path):
     paths[-2].write_bytes(b"\x05\x00")
     with pytest.raises(InputError, match=paths[-2].name):
         open_local(tmp_path)
+
+
+def test_an_unread_child_is_stopped_when_dropped():
+    import os
+
+    from checkpoint_tool.forked import Forked, can_fork
+
+    if not can_fork():
+        pytest.skip("no second core or fork here")
+    child = Forked(lambda: b"x" * (1 << 22))  # larger than a pipe: it blocks writing
+    pid = child.pid
+    del child
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped already: no such child
