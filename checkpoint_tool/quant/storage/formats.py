@@ -49,43 +49,39 @@ def check_float_scale_dtype(dtype: str, label: str) -> str:
     return dtype
 
 
-class Fp8TensorStorage(StorageFormat):
-    """FP8 E4M3, one scale per matrix: 0-d for ``[out, in]`` (``[1]`` accepted), ``[E]`` for
+class Fp8ScaledStorage(StorageFormat):
+    """FP8 E4M3 elements with float scales over whole trailing dims (``scale_drop`` of them)."""
+
+    roles = ("weight", "scale")
+    #: trailing logical dims the scale does not have (per tensor: out and in; per channel: in)
+    scale_drop: int
+
+    def __init__(self, scale_dtype: str = "F32") -> None:
+        self.scale_dtype = check_float_scale_dtype(scale_dtype, self.label)
+
+    def storage_dtypes(self) -> dict[str, str]:
+        return {"weight": "F8_E4M3", "scale": self.scale_dtype}
+
+    def role_ndim(self, role: str, ndim: int) -> int:
+        return ndim - self.scale_drop if role == "scale" else ndim
+
+    def accepted_shapes(self, role: str, want: Shape) -> list[Shape]:
+        return [want, (*want, 1)] if role == "scale" else [want]
+
+
+class Fp8TensorStorage(Fp8ScaledStorage):
+    """One scale per matrix: 0-d for ``[out, in]`` (``[1]`` accepted), ``[E]`` for
     ``[E, out, in]`` (``[E, 1]`` accepted)."""
 
     format = WeightFormat.FP8_PER_TENSOR
-    roles = ("weight", "scale")
-
-    def __init__(self, scale_dtype: str = "F32") -> None:
-        self.scale_dtype = check_float_scale_dtype(scale_dtype, self.label)
-
-    def storage_dtypes(self) -> dict[str, str]:
-        return {"weight": "F8_E4M3", "scale": self.scale_dtype}
-
-    def role_ndim(self, role: str, ndim: int) -> int:
-        return ndim - 2 if role == "scale" else ndim
-
-    def accepted_shapes(self, role: str, want: Shape) -> list[Shape]:
-        return [want, (*want, 1)] if role == "scale" else [want]
+    scale_drop = 2
 
 
-class Fp8ChannelStorage(StorageFormat):
-    """FP8 E4M3, one scale per output row: ``[..., out]`` (``[..., out, 1]`` accepted)."""
+class Fp8ChannelStorage(Fp8ScaledStorage):
+    """One scale per output row: ``[..., out]`` (``[..., out, 1]`` accepted)."""
 
     format = WeightFormat.FP8_PER_CHANNEL
-    roles = ("weight", "scale")
-
-    def __init__(self, scale_dtype: str = "F32") -> None:
-        self.scale_dtype = check_float_scale_dtype(scale_dtype, self.label)
-
-    def storage_dtypes(self) -> dict[str, str]:
-        return {"weight": "F8_E4M3", "scale": self.scale_dtype}
-
-    def role_ndim(self, role: str, ndim: int) -> int:
-        return ndim - 1 if role == "scale" else ndim
-
-    def accepted_shapes(self, role: str, want: Shape) -> list[Shape]:
-        return [want, (*want, 1)] if role == "scale" else [want]
+    scale_drop = 1
 
 
 class Fp8BlockStorage(StorageFormat):
