@@ -36,3 +36,35 @@ def synth_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
         return cache[key]
 
     return make
+
+
+@pytest.fixture
+def fresh_cli() -> Callable[..., tuple[object, bool, str]]:
+    """Run ``ckpt *argv`` through ``cli.app.main`` in a new interpreter.
+
+    Returns ``(exit code, whether torch was imported, stderr)``: the commands that only read
+    headers or move bytes must not pay ~2 s for importing torch.
+    """
+    import subprocess
+    import sys
+
+    def run(*argv: str) -> tuple[object, bool, str]:
+        probe = (
+            "import sys\n"
+            "from checkpoint_tool.cli.app import main\n"
+            f"sys.argv = ['ckpt', *{list(argv)!r}]\n"
+            "code = 0\n"
+            "try:\n"
+            "    main()\n"
+            "except SystemExit as exc:\n"
+            "    code = exc.code\n"
+            "print('PROBE', 'torch' in sys.modules, code, file=sys.stderr)\n"
+        )
+        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+        last = proc.stderr.strip().splitlines()[-1].split() if proc.stderr.strip() else []
+        if len(last) != 3 or last[0] != "PROBE":
+            raise AssertionError(f"the probe did not finish: {proc.stderr[-2000:]}")
+        code = None if last[2] == "None" else int(last[2])
+        return code, last[1] == "True", proc.stderr
+
+    return run
