@@ -18,15 +18,17 @@ Sections (all by default; pick with ``--only``):
   + sha256 of a mapping of the written pages + fadvise, inline or on a helper thread (what ckpt
   does for verbatim runs).
 - ``memory``: peak RSS of whole ``ckpt convert`` processes (``/usr/bin/time -v``) for each
-  ``--mem-src`` (e.g. a 2 GB and an 8 GB checkpoint), against ``ckpt --version`` (interpreter +
-  imports). Target: equal within 10 % and < 1 GiB.
+  ``--mem-src`` against ``ckpt --version`` (interpreter + imports). Checkpoints with the same
+  tensor count are compared (target: equal within 10 % and < 1 GiB): ``--make-wide 8`` builds
+  an 8 GB one with the 2 GB one's tensors, wider; ``--make 2 8`` grows by layers, and the
+  difference is reported per extra tensor (catalog and plan metadata).
 - ``scale``: plan + convert only ``--layers 3,4`` of the sparse full-size DeepSeek-R1 layout
   (163 shards, ~92k tensors, data as file holes): time per phase, bytes read, peak RSS.
 
 Usage::
 
     # builds random-byte checkpoints of 2 and 8 GB (synth layout, ~2 min), then every section
-    .venv/bin/python benchmarks/bench_convert.py --workdir /tmp/ckbench --make 2 8
+    .venv/bin/python benchmarks/bench_convert.py --workdir /tmp/ckbench --make 2 8 --make-wide 8
     # or on existing checkpoints (e.g. from make_bench_data.py)
     .venv/bin/python benchmarks/bench_convert.py --src /tmp/ckbench/dense-quark-hybrid \\
         --only throughput,io --workers 1,2
@@ -87,10 +89,32 @@ def load() -> str:
 
 
 # -- data ---------------------------------------------------------------------------------------
-def make_random(dst: Path, size_gb: float, preset: str = "quark-hybrid") -> Path:
+def width_for(preset: str, layers: int, target_bytes: int) -> tuple[int, int]:
+    """Smallest expert width (``moe_intermediate``, a multiple of 256) whose checkpoint with
+    ``layers`` layers holds at least ``target_bytes``: same tensors, bigger ones."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from make_bench_data import DENSE_DIMS
+
+    from checkpoint_tool.synth import build_layout
+
+    width = DENSE_DIMS["moe_intermediate"]
+    while True:
+        dims = {**DENSE_DIMS, "moe_intermediate": width}
+        total = sum(s.nbytes for s in build_layout(preset, num_layers=layers, **dims).tensors)
+        if total >= target_bytes:
+            return width, total
+        width += 256
+
+
+def make_random(
+    dst: Path, size_gb: float, preset: str = "quark-hybrid", *, layers: int | None = None
+) -> Path:
     """A big checkpoint with the synth layout of ``make_bench_data.py`` (same dims, names,
     config) but random bytes instead of valid codes: the executor only moves bytes, and this
-    writes at disk speed instead of tens of MB/s on a busy machine."""
+    writes at disk speed instead of tens of MB/s on a busy machine.
+
+    The size grows by adding layers (more tensors); with ``layers`` given, by widening the
+    experts instead (the same tensors, bigger)."""
     import numpy as np
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -105,12 +129,16 @@ def make_random(dst: Path, size_gb: float, preset: str = "quark-hybrid") -> Path
         return dst
     rng = np.random.default_rng(0)
     synth_data.DataGenerator.tensor_bytes = lambda self, spec: rng.bytes(spec_nbytes(spec))  # type: ignore[method-assign]
-    layers, total = layers_for(preset, int(size_gb * 1e9))
+    dims = dict(DENSE_DIMS)
+    if layers is None:
+        layers, total = layers_for(preset, int(size_gb * 1e9))
+    else:
+        dims["moe_intermediate"], total = width_for(preset, layers, int(size_gb * 1e9))
     t = time.perf_counter()
     synth_checkpoint(preset, dst, num_layers=layers, shard_size=SHARD_SIZE, overwrite=True,
-                     data="codes", **DENSE_DIMS)  # fmt: skip
-    print(f"built {dst}: {preset}, {layers} layers, {total / 1e9:.2f} GB of random tensor bytes "
-          f"in {time.perf_counter() - t:.1f} s")  # fmt: skip
+                     data="codes", **dims)  # fmt: skip
+    print(f"built {dst}: {preset}, {layers} layers, experts {dims['moe_intermediate']} wide, "
+          f"{total / 1e9:.2f} GB of random tensor bytes in {time.perf_counter() - t:.1f} s")  # fmt: skip
     return dst
 
 
@@ -283,6 +311,7 @@ def memory(sources: list[Path], work: Path, budget: str | None) -> None:
     print(f"\n== peak RSS (/usr/bin/time -v), {load()}")
     print(f"  ckpt --version (interpreter + imports): {base / 2**20:7.1f} MiB")
     peaks = []
+    counts = []
     for src in sources:
         out = work / "mem-out"
         shutil.rmtree(out, ignore_errors=True)
@@ -291,14 +320,28 @@ def memory(sources: list[Path], work: Path, budget: str | None) -> None:
                              *extra])  # fmt: skip
         size = tree_size(src)
         shutil.rmtree(out, ignore_errors=True)
+        index = json.loads((src / "model.safetensors.index.json").read_text())
         peaks.append(rss)
-        print(f"  convert {src.name} ({size / 1e9:5.2f} GB): peak RSS {rss / 2**20:7.1f} MiB "
-              f"({(rss - base) / 2**20:+.1f} MiB over the interpreter), {wall:.1f} s")  # fmt: skip
-    if len(peaks) > 1:
-        spread = max(peaks) / min(peaks) - 1
-        ok = spread <= 0.10 and max(peaks) < 2**30
-        print(f"  spread {spread * 100:.1f} % (target <= 10 %), max {max(peaks) / 2**20:.1f} MiB "
-              f"(target < 1024 MiB): {'met' if ok else 'NOT met'}")  # fmt: skip
+        counts.append(len(index["weight_map"]))
+        print(f"  convert {src.name} ({size / 1e9:5.2f} GB, {counts[-1]} tensors): peak RSS "
+              f"{rss / 2**20:7.1f} MiB ({(rss - base) / 2**20:+.1f} MiB over the interpreter), "
+              f"{wall:.1f} s")  # fmt: skip
+    # compare checkpoints with the same tensor count (memory vs bytes), then say what each
+    # extra tensor costs (plan and catalog metadata grow with the tensor count, not the bytes)
+    for count in sorted(set(counts)):
+        group = [p for p, c in zip(peaks, counts, strict=True) if c == count]
+        if len(group) > 1:
+            spread = max(group) / min(group) - 1
+            ok = spread <= 0.10 and max(group) < 2**30
+            print(f"  {count} tensors each: spread {spread * 100:.1f} % (target <= 10 %), max "
+                  f"{max(group) / 2**20:.1f} MiB (target < 1024 MiB): "
+                  f"{'met' if ok else 'NOT met'}")  # fmt: skip
+    if len(set(counts)) > 1:
+        lo, hi = counts.index(min(counts)), counts.index(max(counts))
+        per = (peaks[hi] - peaks[lo]) / (counts[hi] - counts[lo])
+        spread = peaks[hi] / peaks[lo] - 1
+        print(f"  {counts[lo]} -> {counts[hi]} tensors: +{spread * 100:.1f} % peak RSS, "
+              f"{per / 1024:.1f} KiB per extra tensor (catalog + plan metadata)")  # fmt: skip
 
 
 # -- scale --------------------------------------------------------------------------------------
@@ -362,11 +405,29 @@ def main() -> int:
         help="build random-byte checkpoints of these sizes into WORKDIR/random-<GB>gb "
         "and use them (first: --src; all: --mem-src)",
     )
+    ap.add_argument(
+        "--make-wide",
+        type=float,
+        nargs="*",
+        metavar="GB",
+        help="for memory: build checkpoints of these sizes with the same tensors as the "
+        "smallest (wider experts instead of more layers) into WORKDIR/wide-<GB>gb",
+    )
     args = ap.parse_args()
     if args.make:
         made = [make_random(args.workdir / f"random-{gb:g}gb", gb) for gb in args.make]
         args.src = args.src or made[0]
         args.mem_src = args.mem_src or made
+    if args.make_wide:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from make_bench_data import layers_for
+
+        smallest = min([*(args.make or []), *args.make_wide])  # the tensors of the smallest
+        layers, _ = layers_for("quark-hybrid", int(smallest * 1e9))
+        wide = [
+            make_random(args.workdir / f"wide-{gb:g}gb", gb, layers=layers) for gb in args.make_wide
+        ]
+        args.mem_src = [*args.mem_src, *wide]
     args.workdir.mkdir(parents=True, exist_ok=True)
     only = set(args.only.split(","))
     workers = [int(k) for k in args.workers.split(",")]
