@@ -36,6 +36,7 @@ from checkpoint_tool.quant.configs import (
 from checkpoint_tool.quant.configs.base import FLOAT_DTYPES, unquantized
 from checkpoint_tool.quant.configs.names import (
     PACKED_SHARD_NAMES,
+    expert_key,
     non_linear_reason,
     packed_siblings,
     split_tensor_name,
@@ -278,16 +279,7 @@ def _cached_module_scheme(
     """
     key = None
     if semantics == "vllm" and qconfig.experts_resolve_by_layer:
-        # expert_parts(module) -> (prefix, proj), inlined: this runs once per module (~46k)
-        head, _, proj = module.rpartition(".")
-        prefix, _, index = head.rpartition(".")
-        if (
-            prefix.endswith(".experts")
-            and index.isdecimal()
-            and proj.isascii()
-            and proj.replace("_", "a").isalnum()
-        ):
-            key = (prefix, proj)
+        key = expert_key(module)
     scheme = cache.get(key) if key is not None else None
     if scheme is None:
         scheme = _module_scheme(qconfig, module, semantics)
@@ -546,15 +538,9 @@ def _check_packed(catalog: Any, rc: ResolvedCatalog) -> None:
     weights = rc.weights()
     seen: set[tuple[str, ...]] = set()
     # cheap first cut (~46k modules): a packed shard's last component, not a routed expert
-    # (``expert_parts`` inlined: the last component is a known word here)
-    maybe = []
-    for module in weights:
-        head, _, last = module.rpartition(".")
-        if last in PACKED_SHARD_NAMES:
-            prefix, _, index = head.rpartition(".")
-            if not (index.isdecimal() and prefix.endswith(".experts")):
-                maybe.append(module)
-    maybe.sort()
+    maybe = sorted(
+        m for m in weights if m.rpartition(".")[2] in PACKED_SHARD_NAMES and expert_key(m) is None
+    )
     for module in maybe:
         packed = packed_siblings(module)  # None for routed experts
         if packed is None:

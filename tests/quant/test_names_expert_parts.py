@@ -7,7 +7,7 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from checkpoint_tool.quant.configs.names import expert_parts
+from checkpoint_tool.quant.configs.names import expert_key, expert_parts
 
 #: the specification, written independently of the implementation
 SPEC = re.compile(r"(.*\.experts)\.(\d+)\.([A-Za-z0-9_]+)")
@@ -26,7 +26,9 @@ PIECES = st.sampled_from(
 @settings(max_examples=3000, deadline=None)
 @given(st.lists(PIECES, max_size=8).map("".join))
 def test_agrees_with_the_regex(module: str) -> None:
-    assert expert_parts(module) == spec(module)
+    want = spec(module)
+    assert expert_parts(module) == want
+    assert expert_key(module) == (None if want is None else (want[0], want[2]))
 
 
 def test_known_names() -> None:

@@ -79,6 +79,16 @@ def expert_parts(module: str) -> tuple[str, int, str] | None:
     return module[: cut + 8], int(idx), proj
 
 
+def expert_key(module: str) -> tuple[str, str] | None:
+    """``(fused MoE prefix, projection)`` of a routed expert module (``expert_parts`` without
+    the index), else None; one call with string methods, for the resolver's per-module loop."""
+    head, _, proj = module.rpartition(".")
+    prefix, _, index = head.rpartition(".")
+    if prefix.endswith(".experts") and index.isdecimal() and _is_word(proj):
+        return prefix, proj
+    return None
+
+
 def _is_word(s: str) -> bool:
     """``[A-Za-z0-9_]+``"""
     return s.isascii() and s.replace("_", "a").isalnum()
