@@ -30,13 +30,22 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+#: ckpt's own executor pools (``execute.hashed_output``) are named so; they sit idle outside
+#: ``execute_plan``, which never forks, and a child never touches them
+OWN_IDLE_THREADS = "ckpt-"
+
 
 def can_fork() -> bool:
-    """Whether a forked helper can run beside this process (and is safe to fork here)."""
+    """Whether a forked helper can run beside this process (and is safe to fork here): never
+    beside threads other than ckpt's own idle pools (a child could inherit a held lock)."""
+    me = threading.current_thread()
+    foreign = any(
+        t is not me and not t.name.startswith(OWN_IDLE_THREADS) for t in threading.enumerate()
+    )
     return (
         sys.platform == "linux"
         and (os.cpu_count() or 1) >= 2
-        and threading.active_count() == 1  # never fork a process with other threads
+        and not foreign
         and os.environ.get("CKPT_NO_FORK", "") in ("", "0")
     )
 

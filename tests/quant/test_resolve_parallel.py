@@ -3,7 +3,9 @@ the result is the one a single process computes: same tensors, same issues, same
 
 from __future__ import annotations
 
+import os
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -68,7 +70,7 @@ def test_forked_checks_equal_single_process(monkeypatch, seed):
     serial_issues = [i.model_dump() for i in serial.issues]
     monkeypatch.delenv("CKPT_NO_FORK")
     parallel = resolve_catalog(cat)
-    if resolve_mod.can_fork():
+    if sys.platform == "linux" and (os.cpu_count() or 1) >= 2:
         assert parallel._pending is not None  # the child really ran
     assert parallel.tensors == serial.tensors
     assert [i.model_dump() for i in parallel.issues] == serial_issues
