@@ -70,22 +70,23 @@ def expert_parts(module: str) -> tuple[str, int, str] | None:
     The regex ``^(.*\.experts)\.(\d+)\.([A-Za-z0-9_]+)$`` (the last ``.experts.``), checked
     with string methods: it runs for every module of a checkpoint (~46k for R1).
     """
-    cut = module.rfind(".experts.")
-    if cut < 0:
-        return None
-    idx, dot, proj = module[cut + 9 :].partition(".")
-    if not dot or not idx.isdecimal() or not _is_word(proj):
-        return None
-    return module[: cut + 8], int(idx), proj
+    split = _expert_split(module)
+    return None if split is None else (split[0], int(split[1]), split[2])
 
 
 def expert_key(module: str) -> tuple[str, str] | None:
     """``(fused MoE prefix, projection)`` of a routed expert module (``expert_parts`` without
-    the index), else None; one call with string methods, for the resolver's per-module loop."""
+    the index, which the resolver's per-module loop does not need), else None."""
+    split = _expert_split(module)
+    return None if split is None else (split[0], split[2])
+
+
+def _expert_split(module: str) -> tuple[str, str, str] | None:
+    """``PREFIX.experts`` / ``INDEX`` / ``PROJ`` of ``PREFIX.experts.INDEX.PROJ``, as strings."""
     head, _, proj = module.rpartition(".")
     prefix, _, index = head.rpartition(".")
     if prefix.endswith(".experts") and index.isdecimal() and _is_word(proj):
-        return prefix, proj
+        return prefix, index, proj
     return None
 
 
