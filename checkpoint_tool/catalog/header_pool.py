@@ -86,13 +86,6 @@ class HeaderReader:
             self.child = None
 
 
-def read_headers(
-    paths: list[Path], *, meanwhile: Callable[[], object] | None = None
-) -> list[Result]:
-    """``HeaderReader(paths).read(paths, meanwhile)``."""
-    return HeaderReader(paths).read(paths, meanwhile)
-
-
 def _read_one(path: Path) -> Result:
     try:
         return read_header(path)

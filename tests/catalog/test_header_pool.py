@@ -1,4 +1,4 @@
-"""``read_headers`` (this process + a forked child) returns exactly what ``read_header`` gives
+"""``HeaderReader`` (this process + a forked child) returns exactly what ``read_header`` gives
 file by file: same headers, same first error, nothing after it; and the catalog built on it
 reports errors in file order."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from checkpoint_tool.catalog import header_pool
 from checkpoint_tool.catalog.catalog import open_local
-from checkpoint_tool.catalog.header_pool import MIN_FILES, read_headers
+from checkpoint_tool.catalog.header_pool import MIN_FILES, HeaderReader
 from checkpoint_tool.catalog.safetensors_format import read_header
 from checkpoint_tool.errors import InputError
 
@@ -50,6 +50,10 @@ def _shards(tmp_path: Path, count: int) -> list[Path]:
     return paths
 
 
+def read_headers(paths: list[Path]) -> list:
+    return HeaderReader(paths).read(paths)
+
+
 def _same(a, b) -> bool:
     return (a.path, a.header_len, a.file_size, a.entries, a.metadata) == (
         b.path,
@@ -67,7 +71,7 @@ FORKS = sys.platform == "linux" and (os.cpu_count() or 1) >= 2
 def test_two_processes_read_what_one_reads(tmp_path):
     paths = _shards(tmp_path, 2 * MIN_FILES + 3)
     if FORKS:
-        reader = header_pool.HeaderReader(paths)
+        reader = HeaderReader(paths)
         assert reader.child is not None  # the child path is the one tested here
         reader.close()
     pooled = read_headers(paths)
