@@ -351,6 +351,17 @@ def test_fp8_per_channel_accepts_out_by_1_scale():
     assert torch.equal(codec.dequantize(col), codec.dequantize(parts))
 
 
+@pytest.mark.parametrize("shape", [(8, 32), (3, 8, 32)])
+def test_fp8_per_tensor_accepts_a_trailing_1_on_the_scale(shape):
+    """``[1]`` for one matrix, ``[E, 1]`` for experts: the same values, the same weights."""
+    codec = codec_for_format(F.FP8_PER_TENSOR)
+    parts = codec.quantize(make_weight(8, shape, 0, False))
+    spelled = dict(parts, scale=parts["scale"][..., None])
+    out = codec.dequantize(spelled)
+    assert out.shape == shape
+    assert torch.equal(out, codec.dequantize(parts))
+
+
 def test_fp4_weight_stored_as_int8_decodes_the_same():
     codec = codec_for_format(F.NVFP4)
     parts = codec.quantize(make_weight(7, (4, 64), 0, False))

@@ -67,6 +67,13 @@ def test_scale_of_wrong_dtype_and_shape(tmp_path):
     assert "[64, 2]" in rc.issues[1].message or "[64, 2]" in rc.issues[0].message
 
 
+def test_weight_the_format_cannot_store(tmp_path):
+    """A 1-D MXFP4 "weight": no scale shape can be derived; one finding names the weight."""
+    rc = resolve(tmp_path, {f"{M}.weight": ("U8", (64,)), f"{M}.weight_scale": ("U8", (4,))})
+    assert rules(rc) == [("weight_shape", f"{M}.weight")]
+    assert "at least 2 dims" in rc.issues[0].message
+
+
 def test_weight_dtype_disagrees_with_config(tmp_path):
     rc = resolve(tmp_path, {f"{M}.weight": ("BF16", (64, 64))})
     assert rules(rc) == [("weight_dtype", f"{M}.weight")]
