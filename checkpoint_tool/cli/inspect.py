@@ -23,6 +23,7 @@ class InspectFormat(str, Enum):
     human = "human"
     json = "json"
     markdown = "markdown"
+    html = "html"
 
 
 HELP = (
@@ -32,7 +33,8 @@ HELP = (
     "Examples:\n\n"
     "  ckpt inspect /models/DeepSeek-R1 --tp 8\n\n"
     "  ckpt inspect ./quark-hybrid --tp 2 --format json > policy.json\n\n"
-    "  ckpt inspect hf://amd/DeepSeek-R1-MXFP4 --ep --fse on --format markdown"
+    "  ckpt inspect hf://amd/DeepSeek-R1-MXFP4 --ep --fse on --format markdown\n\n"
+    "  ckpt inspect ./quark-hybrid --tp 2 --format html > policy.html   # the layer map"
 )
 
 
@@ -61,7 +63,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = FseOption.auto,
         fmt: Annotated[
-            InspectFormat, typer.Option("--format", help="human, json or markdown.")
+            InspectFormat, typer.Option("--format", help="human, json, markdown or html (a page: the layer map).")
         ] = InspectFormat.human,
         target: Annotated[
             str | None,
@@ -109,7 +111,12 @@ def register(app: typer.Typer) -> None:
 
             return render_markdown(r) + render_engine_markdown(engine)
 
-        emit(report, OutputFormat(fmt.value), human=human, markdown=markdown)
+        def html(r: Any) -> str:  # issue 19: the layer map, drawn from the report alone
+            from checkpoint_tool.html.policy_page import render_policy_html
+
+            return render_policy_html(r)
+
+        emit(report, OutputFormat(fmt.value), human=human, markdown=markdown, html=html)
         if report.has_errors:
             raise typer.Exit(EXIT_FINDINGS)
 

@@ -1,4 +1,4 @@
-"""One output layer for every reporting command: human (rich), json, markdown, junit.
+"""One output layer for every reporting command: human (rich), json, markdown, junit, html.
 
 Commands build a pydantic report and call ``emit(report, fmt, human=...)``. JSON is the
 report's ``model_dump(mode="json")`` with sorted keys, so it is stable for CI diffs.
@@ -7,6 +7,10 @@ Example::
 
     emit(report, OutputFormat.json)                # prints {"moe_layers": [...], ...}
     emit(report, OutputFormat.human, human=render)  # render(report, console) draws rich tables
+    emit(report, OutputFormat.html, html=render_policy_html)  # one self-contained page
+
+HTML goes to stdout like the other formats (``ckpt inspect SRC --format html > map.html``);
+a command that draws no HTML refuses ``--format html`` (exit 2) instead of printing JSON.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class OutputFormat(str, Enum):
     json = "json"
     markdown = "markdown"
     junit = "junit"
+    html = "html"
 
 
 def stdout_console() -> Console:
@@ -53,13 +58,31 @@ def emit(
     human: Callable[[BaseModel, Console], None] | None = None,
     markdown: Callable[[BaseModel], str] | None = None,
     junit: Callable[[BaseModel], str] | None = None,
+    html: Callable[[BaseModel], str] | None = None,
 ) -> None:
-    """Print ``report`` in ``fmt``; formats a command does not support fall back to JSON."""
+    """Print ``report`` in ``fmt``; formats a command does not support fall back to JSON,
+    except html (a page is not JSON): ``UsageError`` (exit 2) there."""
     if fmt is OutputFormat.human and human is not None:
         human(report, stdout_console())
     elif fmt is OutputFormat.markdown and markdown is not None:
         sys.stdout.write(markdown(report).rstrip("\n") + "\n")
     elif fmt is OutputFormat.junit and junit is not None:
         sys.stdout.write(junit(report).rstrip("\n") + "\n")
+    elif fmt is OutputFormat.html:
+        if html is None:
+            from checkpoint_tool.errors import UsageError
+
+            raise UsageError("--format html: this command draws no HTML; use json or human")
+        _write_utf8(html(report))  # the page declares charset utf-8, whatever the locale
     else:
         sys.stdout.write(to_json(report) + "\n")
+
+
+def _write_utf8(text: str) -> None:
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:
+        sys.stdout.write(text)
+        return
+    sys.stdout.flush()
+    buffer.write(text.encode("utf-8"))
+    buffer.flush()
