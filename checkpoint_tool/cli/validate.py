@@ -30,6 +30,8 @@ Examples:
   ckpt validate /out/model --expect-policy policy.json --junit validate.xml
 
   ckpt validate /out/model --write-manifest
+
+  ckpt validate /out/model --expect-policy policy.json --format html > validate.html
 """
 
 
@@ -45,7 +47,12 @@ def register(app: typer.Typer) -> None:
         ],
         fmt: Annotated[
             OutputFormat,
-            typer.Option("--format", "-f", help="human, json, junit (JUnit XML) or markdown."),
+            typer.Option(
+                "--format",
+                "-f",
+                help="human, json, junit (JUnit XML), markdown or html (a page with the "
+                "layer map).",
+            ),
         ] = OutputFormat.human,
         strict: Annotated[
             bool, typer.Option("--strict", help="Fail (exit 1) on warnings as well.")
@@ -135,6 +142,42 @@ def register(app: typer.Typer) -> None:
             human=render_human,
             markdown=render_markdown,
             junit=render_junit,
+            html=lambda r: _render_html(r, path, expect_policy),
         )
         if report.exit_code:
             raise typer.Exit(report.exit_code)
+
+
+def _render_html(report: object, path: str, expect_policy: Path | None) -> str:
+    """``--format html`` (issue 19): the report, plus the layer map of the checkpoint's policy
+    (built as ``ckpt inspect`` does, with the options of ``--expect-policy`` when given)."""
+    from checkpoint_tool.errors import CkptError
+    from checkpoint_tool.html.validate_page import render_validate_html
+
+    policy, note = None, None
+    try:
+        policy = _policy_for_map(path, expect_policy)
+    except CkptError as exc:
+        note = f"no layer map: the policy could not be built ({exc.message})"
+    if policy is not None and not policy.moe_layers:
+        policy, note = None, "no layer map: the checkpoint has no MoE layers"
+    return render_validate_html(report, policy, note)  # type: ignore[arg-type]
+
+
+def _policy_for_map(path: str, expect_policy: Path | None) -> object:
+    from checkpoint_tool.catalog import open_catalog
+    from checkpoint_tool.policy import build_policy
+    from checkpoint_tool.policy.engine import build_engine_report
+    from checkpoint_tool.policy.engine.render import with_engine
+    from checkpoint_tool.validate.drift import load_expected_policy
+
+    opts = {"tp": 1, "ep": False, "eplb": False, "all2all": None, "fse": "auto"}
+    if expect_policy is not None:
+        e = load_expected_policy(expect_policy)
+        opts = {"tp": e.tp, "ep": e.ep, "eplb": e.eplb, "all2all": e.all2all, "fse": e.fse_mode}
+    catalog = open_catalog(path, headers_only=True)
+    report = build_policy(catalog, **opts)
+    engine = build_engine_report(
+        catalog, report, None, opts["tp"], None, opts["ep"], opts["eplb"], opts["all2all"]
+    )
+    return with_engine(report, engine)

@@ -86,7 +86,8 @@ def _scheme_cells(report: PolicyReport, keys: dict[str, tuple[str, str]], shared
         per = ", ".join(f"{p} {v}" for p, v in sorted(s.per_projection.items()))
         title = (
             f"MoE layer {m.layer} {what}: {s.scheme} ({s.format}), {s.count} x {s.width}, "
-            f"layout {s.layout}, {s.prefix}" + (f"; per projection: {per}" if per else "")
+            f"layout {s.layout}, {s.prefix}"
+            + (f"; per projection: {per}" if per else "")
             + (f"; {s.rule}" if s.rule else "")
         )
         cells.append(Cell((s.scheme, key), fill, title, f"scheme-{key}"))
@@ -110,9 +111,8 @@ def _geometry_cell(layer: int, what: str, g: TpGeometry | None, fused: bool) -> 
     if g is None:
         text = "fused into the routed experts" if fused else "no separate shared MLP"
         return Cell(("-",), NONE_FILL, f"MoE layer {layer} {what}: {text}", "none")
-    numbers = (
-        f"{g.size} / tp {g.tp} = {g.per_rank} per rank, alignment {g.alignment}"
-        + (f" ({g.alignment_from})" if g.alignment_from else "")
+    numbers = f"{g.size} / tp {g.tp} = {g.per_rank} per rank, alignment {g.alignment}" + (
+        f" ({g.alignment_from})" if g.alignment_from else ""
     )
     if g.aligned and g.divisible:
         title = f"MoE layer {layer} {what}: {numbers}; no padding"
@@ -209,15 +209,19 @@ def policy_rows(report: PolicyReport) -> list[Row]:
         Row(
             "routed I / rank",
             "pad",
-            [_geometry_cell(m.layer, "routed intermediate", m.intermediate, False)
-             for m in report.moe_layers],
-        ),  # fmt: skip
+            [
+                _geometry_cell(m.layer, "routed intermediate", m.intermediate, False)
+                for m in report.moe_layers
+            ],
+        ),
         Row(
             "shared I / rank",
             "shared_pad",
-            [_geometry_cell(m.layer, "shared intermediate", m.shared_intermediate, m.fse.enabled)
-             for m in report.moe_layers],
-        ),  # fmt: skip
+            [
+                _geometry_cell(m.layer, "shared intermediate", m.shared_intermediate, m.fse.enabled)
+                for m in report.moe_layers
+            ],
+        ),
     ]
     engine = engine_row(report)
     if engine is not None:

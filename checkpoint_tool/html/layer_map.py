@@ -100,7 +100,9 @@ def render_map(report: PolicyReport, rows: Sequence[Row]) -> str:
         x = LABEL_W + c * cw
         mid = x + cw / 2
         head_fill = MTP_FILL if m.is_mtp else HEADER_FILL
-        head_title = f"MoE layer {m.layer}{' (MTP)' if m.is_mtp else ''}: {m.prefix}; click for numbers"
+        head_title = (
+            f"MoE layer {m.layer}{' (MTP)' if m.is_mtp else ''}: {m.prefix}; click for numbers"
+        )
         out.append(
             f'<a href="#layer-{m.layer}"><g class="col" data-layer="{m.layer}">'
             f"<g><title>{esc(head_title)}</title>"

@@ -65,10 +65,13 @@ def legend(report: PolicyReport) -> str:
         if m.shared is not None:
             counts[m.shared.scheme][1] += 1
     schemes = [
-        _swatch(fill, f"{key} = {scheme} (routed on {counts[scheme][0]}, shared on "
-                f"{counts[scheme][1]} layer(s))")
+        _swatch(
+            fill,
+            f"{key} = {scheme} (routed on {counts[scheme][0]}, shared on "
+            f"{counts[scheme][1]} layer(s))",
+        )
         for scheme, (key, fill) in keys.items()
-    ]  # fmt: skip
+    ]
     fse = [
         _swatch(FSE_FILL["fused"], "fused shared experts"),
         _swatch(FSE_FILL["unfused-vllm"], "not fused: vLLM's gate"),
