@@ -25,10 +25,11 @@ from checkpoint_tool.html.page import SEVERITY_FILL
 from checkpoint_tool.policy.report import MoeLayerPolicy, PolicyReport, TpGeometry
 from checkpoint_tool.report import Issue
 
-#: one colour per distinct scheme, in order of first appearance (Tableau 10, minus grey)
+#: one colour per distinct scheme, in order of first appearance (no green, orange, red or
+#: purple: those say fused / not fused / error / padded in the other rows)
 PALETTE = (
-    "#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2",
-    "#edc948", "#ff9da7", "#9c755f", "#e15759", "#86bcb6",
+    "#4e79a7", "#b07aa1", "#76b7b2", "#9c755f", "#ff9da7",
+    "#a0cbe8", "#499894", "#d4a6c8", "#bab0ac", "#79706e",
 )  # fmt: skip
 UNQUANTIZED_FILL = "#c7ccd4"
 NONE_FILL = "#f3f5f8"

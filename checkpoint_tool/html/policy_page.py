@@ -39,6 +39,32 @@ def model_line(report: PolicyReport) -> str:
     )
 
 
+def layer_ranges(layers: Sequence[int]) -> str:
+    """``[3, 4, 5, 7, 9, 10]`` -> ``"3-5, 7, 9-10"``."""
+    runs: list[list[int]] = []
+    for x in sorted(layers):
+        if runs and x == runs[-1][1] + 1:
+            runs[-1][1] = x
+        else:
+            runs.append([x, x])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def fse_headline(report: PolicyReport) -> str:
+    """``summary.text`` with its layer lists as ranges (a 61-layer list fills two lines)."""
+    s = report.summary
+    parts = [
+        f"{what} on {len(layers)} MoE layer(s) {layer_ranges(layers)}"
+        for what, layers in (
+            ("enabled", s.fse_enabled_layers),
+            ("disabled", s.fse_disabled_layers),
+            ("not applicable (no shared experts)", s.fse_not_applicable_layers),
+        )
+        if layers
+    ]
+    return "fused shared experts: " + "; ".join(parts) if parts else (s.text or "no MoE layers")
+
+
 def policy_banner(report: PolicyReport) -> str:
     s = report.summary
     sub = [f"policy: {s.errors} error(s), {s.warnings} warning(s)"]
@@ -47,7 +73,7 @@ def policy_banner(report: PolicyReport) -> str:
     if report.engine is not None:
         e = report.engine.summary
         sub.append(e.text or f"{report.engine.target}: no finding")
-    return verdict(s.text or "no MoE layers", sub, bad=report.has_errors)
+    return verdict(fse_headline(report), sub, bad=report.has_errors)
 
 
 def map_section(report: PolicyReport, rows: Sequence[Row]) -> str:
