@@ -63,7 +63,8 @@ def register(app: typer.Typer) -> None:
             ),
         ] = FseOption.auto,
         fmt: Annotated[
-            InspectFormat, typer.Option("--format", help="human, json, markdown or html (a page: the layer map).")
+            InspectFormat,
+            typer.Option("--format", help="human, json, markdown or html (a page: the layer map)."),
         ] = InspectFormat.human,
         target: Annotated[
             str | None,

@@ -32,6 +32,8 @@ Examples:
   ckpt validate /out/model --write-manifest
 
   ckpt validate /out/model --expect-policy policy.json --format html > validate.html
+
+  ckpt validate /out/model --format junit --html validate.html > validate.xml
 """
 
 
@@ -104,6 +106,12 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option(help="Also write the JUnit XML report to this file."),
         ] = None,
+        html_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--html", help="Also write the HTML report (with the layer map) to this file."
+            ),
+        ] = None,
     ) -> None:
         from checkpoint_tool.validate import ValidateOptions, validate_checkpoint
         from checkpoint_tool.validate.checks import CHECK_IDS
@@ -136,16 +144,38 @@ def register(app: typer.Typer) -> None:
                 raise UsageError(
                     f"{junit}: cannot write the JUnit report ({exc.strerror})"
                 ) from exc
+        page: list[str] = []  # the HTML page, drawn once for --html and --format html
+
+        def html(r: object) -> str:
+            if not page:
+                page.append(_render_html(r, path, expect_policy))
+            return page[0]
+
+        if html_file is not None:
+            _write_page(html_file, html(report))
         emit(
             report,
             fmt,
             human=render_human,
             markdown=render_markdown,
             junit=render_junit,
-            html=lambda r: _render_html(r, path, expect_policy),
+            html=html,
         )
         if report.exit_code:
             raise typer.Exit(report.exit_code)
+
+
+def _write_page(dst: Path, text: str) -> None:
+    """Write ``text`` to ``dst`` through a temporary name (never a half page under ``dst``)."""
+    import os
+
+    tmp = dst.with_name(f".{dst.name}.partial")
+    try:
+        tmp.write_bytes(text.encode("utf-8"))
+        os.replace(tmp, dst)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UsageError(f"{dst}: cannot write the HTML report ({exc.strerror})") from exc
 
 
 def _render_html(report: object, path: str, expect_policy: Path | None) -> str:

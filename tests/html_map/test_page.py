@@ -233,6 +233,24 @@ def test_validate_page_maps_the_gates_findings(monkeypatch, capsys, synth_ckpt, 
     assert "scale_values" in page
 
 
+def test_validate_html_file_and_expected_policy_options(monkeypatch, capsys, synth_ckpt, tmp_path):
+    src = str(synth_ckpt("quark-hybrid"))
+    _, policy_text, _ = _ckpt(monkeypatch, capsys, "inspect", src, "--tp", "2", "--format", "json")
+    expected = tmp_path / "policy.json"
+    expected.write_text(policy_text)
+    side = tmp_path / "validate.html"
+    argv = ["validate", src, "--expect-policy", str(expected)]
+    code, xml, _ = _ckpt(monkeypatch, capsys, *argv, "--format", "junit", "--html", str(side))
+    code_html, page, _ = _ckpt(monkeypatch, capsys, *argv, "--format", "html")
+    assert code == code_html == 0 and xml.startswith("<?xml")
+    assert side.read_text(encoding="utf-8") == page
+    # the map shows the policy at the expected options (tp 2: layer 2's shared MLP pads)
+    assert "tp 2, fse auto" in page and 'data-row="shared_pad" data-kind="padded"' in page
+    assert not list(tmp_path.glob(".*partial"))
+    code, _, err = _ckpt(monkeypatch, capsys, "validate", src, "--html", str(tmp_path / "no" / "x"))
+    assert code == 2 and "cannot write the HTML report" in err
+
+
 def test_validate_page_without_moe_layers_says_why(monkeypatch, capsys, tmp_path):
     import numpy as np
     from safetensors.numpy import save_file
