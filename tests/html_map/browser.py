@@ -36,6 +36,7 @@ FLAGS = (
     "--disable-sync",
     "--hide-scrollbars",
     "--force-device-scale-factor=1",
+    "--disable-dev-shm-usage",
 )
 WINDOW = (1500, 1000)
 TIMEOUT_S = 90
