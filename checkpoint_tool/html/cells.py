@@ -11,7 +11,7 @@ Example::
     rows = policy_rows(report)
     rows[2].name, rows[2].cells[0]
     # ('FSE', Cell(labels=('no: quark_excludes_shared', 'no', 'n'), fill='#e8912d',
-    #              title='MoE layer 1: not fused (vllm): Quark excludes shared ...',
+    #              title='MoE layer 1: not fused (vllm, quark_excludes_shared): Quark ...',
     #              kind='unfused-vllm'))
 """
 

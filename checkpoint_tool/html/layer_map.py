@@ -8,10 +8,10 @@ the panel with that layer's numbers (shown by CSS ``:target``, no script).
 Geometry (pixels): ``LABEL_W`` for the row names, then ``cell_width(n)`` per layer, between
 ``MIN_CELL`` (61 layers: 22, labels at 9.5 px) and ``MAX_CELL`` (4 layers: 200)::
 
-    <svg class="map narrow" width="1430" height="190" data-layers="59" data-cell="22">
+    <svg class="map narrow" width="1430" height="192" data-layers="59" data-cell="22">
       <a href="#layer-3"><g class="col" data-layer="3">
         <g><title>MoE layer 3: fused into routed slot(s) [256], 2048 wide</title>
-           <rect class="cell" data-row="fse" data-kind="fused" .../><text ...>y</text></g> ...
+           <rect class="cell" data-row="fse" data-kind="fused" .../><text ...>on</text></g> ...
 """
 
 from __future__ import annotations

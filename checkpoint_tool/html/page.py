@@ -6,7 +6,8 @@ timestamps or host names (same report -> same bytes). Every piece of report text
 
 Example::
 
-    page("ckpt inspect ./src", [section("Findings", table(["rule"], [["tp_alignment"]]))])
+    page("ckpt inspect ./src", [section("Findings", table(["rule"], [["tp_alignment"]]))],
+         footer="ckpt inspect --format html")
     # '<!DOCTYPE html>\\n<html lang="en">...<h2>Findings</h2><table>...'
 """
 
