@@ -9,6 +9,7 @@ Example::
 
     geo = measure(page_path)
     geo["maps"][0]["columns"]        # 4
+    measure(page_path, fragment="#layer-2")["panels"][1]["shown"]   # True: a column clicked
     rgb = pixel(screenshot(page_path), 300, 370)   # (46, 157, 79)
 """
 
@@ -43,7 +44,7 @@ TIMEOUT_S = 90
 
 PROBE = """
 <script>
-(function () {
+window.addEventListener("load", function () {  // after the fragment's :target is set
   const box = (e) => { const b = e.getBoundingClientRect();
     return {x: b.left, y: b.top, w: b.width, h: b.height}; };
   const out = {maps: [], scrollWidth: document.documentElement.scrollWidth,
@@ -64,11 +65,13 @@ PROBE = """
                      (t) => ({name: t.textContent, box: box(t)})),
                    font: getComputedStyle(svg.querySelector("text")).fontFamily});
   }
+  out.panels = [...document.querySelectorAll("section.panel")].map((p) => ({
+    id: p.id, shown: getComputedStyle(p).display !== "none", text: p.innerText}));
   const pre = document.createElement("pre");
   pre.id = "ckpt-probe";
   pre.textContent = JSON.stringify(out);
   document.body.appendChild(pre);
-})();
+});
 </script>
 """
 
@@ -91,12 +94,13 @@ def _run(args: list[str]) -> subprocess.CompletedProcess[bytes]:
     return proc
 
 
-def measure(page: Path, window: tuple[int, int] = WINDOW) -> dict:
-    """Chromium's layout of ``page``: see the module docstring."""
+def measure(page: Path, window: tuple[int, int] = WINDOW, fragment: str = "") -> dict:
+    """Chromium's layout of ``page`` (opened at ``#fragment`` if given): see the module
+    docstring; ``panels`` says which layer panels are displayed."""
     probe = page.with_name(page.stem + ".probe.html")
     text = page.read_text(encoding="utf-8")
     probe.write_text(text.replace("</body>", PROBE + "</body>"), encoding="utf-8")
-    proc = _run([f"--window-size={window[0]},{window[1]}", "--dump-dom", probe.as_uri()])
+    proc = _run([f"--window-size={window[0]},{window[1]}", "--dump-dom", probe.as_uri() + fragment])
     dom = proc.stdout.decode("utf-8")
     start = dom.index('<pre id="ckpt-probe">') + len('<pre id="ckpt-probe">')
     return json.loads(unescape(dom[start : dom.index("</pre>", start)]))

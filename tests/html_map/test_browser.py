@@ -110,6 +110,21 @@ def test_four_layers_fused_and_unfused_differ_on_screen(monkeypatch, capsys, tmp
     assert a["fill"] == FSE_FILL["fused"]
 
 
+def test_a_clicked_column_shows_that_layers_numbers(monkeypatch, capsys, tmp_path, synth_ckpt):
+    report, page = _page(monkeypatch, capsys, tmp_path, synth_ckpt("quark-hybrid"), "2")
+    assert not any(p["shown"] for p in measure(page)["panels"])  # nothing clicked yet
+    layer = next(m for m in report.moe_layers if m.shared_intermediate is not None
+                 and not m.shared_intermediate.aligned)  # fmt: skip
+    panels = measure(page, fragment=f"#layer-{layer.layer}")["panels"]
+    shown = [p for p in panels if p["shown"]]
+    assert [p["id"] for p in shown] == [f"layer-{layer.layer}"]
+    g = layer.shared_intermediate
+    text = " ".join(shown[0]["text"].split())
+    assert f"shared_intermediate.padded_per_rank {g.padded_per_rank}" in text
+    assert f"shared_intermediate.pad_to {g.pad_to}" in text
+    assert f"fse.code {layer.fse.code}" in text
+
+
 def test_full_size_r1_draws_59_columns_that_fit(monkeypatch, capsys, tmp_path, synth_ckpt):
     r1 = synth_ckpt("deepseek-v3-fp8", sparse=True)
     report, page = _page(monkeypatch, capsys, tmp_path, r1, "8")
