@@ -20,6 +20,7 @@ from checkpoint_tool.html.policy_page import render_policy_html
 from checkpoint_tool.html.validate_page import render_validate_html
 from checkpoint_tool.policy import PolicyReport
 from checkpoint_tool.report import Issue
+from checkpoint_tool.synth import PRESETS
 from checkpoint_tool.validate.report import ValidateReport
 
 
@@ -262,3 +263,27 @@ def test_validate_page_without_moe_layers_says_why(monkeypatch, capsys, tmp_path
     assert code in (0, 1)  # the gate's own verdict; the page is drawn either way
     assert page.startswith("<!DOCTYPE html>") and "no layer map" in page
     assert "<svg" not in page
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_draws_its_layers(monkeypatch, capsys, synth_ckpt, preset):
+    """DeepSeek-V3/V4, Quark, ModelOpt, Qwen3.5 names and layouts: one column per MoE layer,
+    the FSE and padding cells as the report decides, at a tp that misaligns some of them."""
+    src = str(synth_ckpt(preset))
+    _, text, _ = _ckpt(monkeypatch, capsys, "inspect", src, "--tp", "4", "--format", "json")
+    report = PolicyReport.model_validate_json(text)
+    tags = _parse(render_policy_html(report)).tags
+    rects = [a for t, a in tags if t == "rect"]
+
+    def kinds(row: str) -> list[str]:
+        return [a["data-kind"] for a in rects if a.get("data-row") == row]
+
+    assert len(kinds("layer")) == len(report.moe_layers) > 0
+    assert kinds("fse") == [
+        "n/a" if m.fse.code == "no_shared_experts" else "fused" if m.fse.enabled
+        else f"unfused-{m.fse.source}" for m in report.moe_layers
+    ]  # fmt: skip
+    assert kinds("pad") == [
+        "aligned" if m.intermediate.aligned and m.intermediate.divisible else "padded"
+        for m in report.moe_layers
+    ]
