@@ -35,6 +35,14 @@ class OutputFormat(str, Enum):
     html = "html"
 
 
+class BasicFormat(str, Enum):
+    """What a command that draws only a summary table offers (``--format human|json``):
+    typer then refuses ``--format html`` before any work is done."""
+
+    human = "human"
+    json = "json"
+
+
 def stdout_console() -> Console:
     from rich.console import Console
 
@@ -53,7 +61,7 @@ def to_json(report: BaseModel) -> str:
 
 def emit(
     report: BaseModel,
-    fmt: OutputFormat,
+    fmt: OutputFormat | BasicFormat,
     *,
     human: Callable[[BaseModel, Console], None] | None = None,
     markdown: Callable[[BaseModel], str] | None = None,
@@ -62,6 +70,7 @@ def emit(
 ) -> None:
     """Print ``report`` in ``fmt``; formats a command does not support fall back to JSON,
     except html (a page is not JSON): ``UsageError`` (exit 2) there."""
+    fmt = OutputFormat(fmt.value)
     if fmt is OutputFormat.human and human is not None:
         human(report, stdout_console())
     elif fmt is OutputFormat.markdown and markdown is not None:

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from checkpoint_tool.cli.output import OutputFormat, emit
+from checkpoint_tool.cli.output import BasicFormat, emit
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.plan.model import Plan, PlanOptions
 from checkpoint_tool.plan.sharding import parse_size
@@ -189,8 +189,8 @@ def register(app: typer.Typer) -> None:
             ),
         ] = "hf",
         fmt: Annotated[
-            OutputFormat, typer.Option("--format", help="human (summary) or json (the whole plan).")
-        ] = OutputFormat.human,
+            BasicFormat, typer.Option("--format", help="human (summary) or json (the whole plan).")
+        ] = BasicFormat.human,
     ) -> None:
         from checkpoint_tool.catalog.bulk import gc_paused
         from checkpoint_tool.catalog.catalog import open_catalog

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
-from checkpoint_tool.cli.output import OutputFormat, emit
+from checkpoint_tool.cli.output import BasicFormat, emit
 from checkpoint_tool.recipes import RULE_ORDER, list_recipes, load_recipe, recipe_json_schema
 
 
@@ -85,8 +85,8 @@ def register(app: typer.Typer) -> None:
     )
     def list_cmd(
         fmt: Annotated[
-            OutputFormat, typer.Option("--format", help="human or json.")
-        ] = OutputFormat.human,
+            BasicFormat, typer.Option("--format", help="human or json.")
+        ] = BasicFormat.human,
     ) -> None:
         report = RecipeList(rule_order=list(RULE_ORDER), recipes=[_info(r) for r in list_recipes()])
         emit(report, fmt, human=_render_list)
@@ -102,8 +102,8 @@ def register(app: typer.Typer) -> None:
     def show_cmd(
         name: Annotated[str, typer.Argument(help="Bundled recipe name or path to a .yaml file.")],
         fmt: Annotated[
-            OutputFormat, typer.Option("--format", help="human or json.")
-        ] = OutputFormat.human,
+            BasicFormat, typer.Option("--format", help="human or json.")
+        ] = BasicFormat.human,
     ) -> None:
         recipe = load_recipe(name)
         report = RecipeShow(

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from checkpoint_tool.cli.output import OutputFormat, emit, stderr_console
+from checkpoint_tool.cli.output import BasicFormat, emit, stderr_console
 from checkpoint_tool.errors import UsageError
 
 #: outputs at least this large get a progress bar
@@ -184,8 +184,8 @@ def register(app: typer.Typer) -> None:
             ),
         ] = DataMode.quantize,
         fmt: Annotated[
-            OutputFormat, typer.Option("--format", help="Output format of the report.")
-        ] = OutputFormat.human,
+            BasicFormat, typer.Option("--format", help="Output format of the report.")
+        ] = BasicFormat.human,
     ) -> None:
         if list_presets:
             emit(_preset_list(), fmt, human=_render_list)

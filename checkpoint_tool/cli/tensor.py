@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from checkpoint_tool.cli.output import OutputFormat, emit
+from checkpoint_tool.cli.output import BasicFormat, emit
 from checkpoint_tool.errors import UsageError
 
 if TYPE_CHECKING:  # the library part imports torch: load it only when the command runs
@@ -94,8 +94,8 @@ def register(app: typer.Typer) -> None:
             Path | None, typer.Option("--out", help="Output .npy file for --dequant.")
         ] = None,
         fmt: Annotated[
-            OutputFormat, typer.Option("--format", help="Output format: human or json.")
-        ] = OutputFormat.human,
+            BasicFormat, typer.Option("--format", help="Output format: human or json.")
+        ] = BasicFormat.human,
     ) -> None:
         from checkpoint_tool.catalog import open_catalog
         from checkpoint_tool.quant.tensor_report import tensor_report

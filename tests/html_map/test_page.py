@@ -195,12 +195,20 @@ def test_labels_fit_their_estimated_width(n_layers):
     assert fit(("no: quark_different_configs", "no", "n"), 120).endswith("…")
 
 
-def test_commands_without_a_page_refuse_html(monkeypatch, capsys, synth_ckpt):
+@pytest.mark.parametrize("cmd", ["tensor", "plan", "synth"])
+def test_commands_without_a_page_refuse_html_before_working(monkeypatch, capsys, tmp_path, synth_ckpt, cmd):
+    """Commands that draw no page do not offer html: typer refuses it before any work
+    (synth must not write a whole checkpoint and then exit 2)."""
     src = synth_ckpt("quark-hybrid")
-    name = "model.layers.1.mlp.experts.0.down_proj.weight"
-    code, out, err = _ckpt(monkeypatch, capsys, "tensor", str(src), name, "--format", "html")
+    argv = {
+        "tensor": ["tensor", str(src), "model.layers.1.mlp.experts.0.down_proj.weight"],
+        "plan": ["plan", str(src)],
+        "synth": ["synth", "quark-hybrid", str(tmp_path / "never")],
+    }[cmd]
+    code, out, err = _ckpt(monkeypatch, capsys, *argv, "--format", "html")
     assert code == 2 and out == ""
-    assert "--format html" in err
+    assert "--format" in err and "html" in err
+    assert not (tmp_path / "never").exists()
 
 
 def _poke_nan_scale(dst: Path, name: str) -> None:
