@@ -57,6 +57,8 @@ class NumericOptions:
     seed: int = 0
     device: Device = "auto"
     backend: Backend = "triton"
+    #: a layer that cannot run is reported, not failed (``--allow-skipped``)
+    allow_skipped: bool = False
 
 
 def resolve_device(device: Device) -> str:
@@ -101,11 +103,13 @@ def check_numeric(
     prepare_backend(options.backend, device)
     policies = sample_layers(src, dst, options.layers)
     results = [_check_layer(src, dst, p, options, device, tp) for p in policies]
-    statuses = {r.status for r in results}
-    status = "failed" if "failed" in statuses else "passed" if "passed" in statuses else "skipped"
+    status, reason = numeric_status(results, options.allow_skipped)
     return NumericReport(
         status=status,
-        reason=None if status != "skipped" else "no sampled layer could run (see layers)",
+        reason=reason,
+        ran_layers=[r.layer for r in results if r.status != "skipped"],
+        skipped_layers=[r.layer for r in results if r.status == "skipped"],
+        allow_skipped=options.allow_skipped,
         backend=options.backend,
         device=device,
         tp=tp,
@@ -114,6 +118,23 @@ def check_numeric(
         layers=results,
         seconds=round(time.monotonic() - t0, 3),
     )
+
+
+def numeric_status(results: Sequence[LayerResult], allow_skipped: bool) -> tuple[str, str | None]:
+    """The section's status and reason: a layer that could not run fails it unless allowed."""
+    skipped = [r.layer for r in results if r.status == "skipped"]
+    if any(r.status == "failed" for r in results):
+        return "failed", None
+    if skipped and not allow_skipped:
+        layers = ",".join(map(str, skipped))
+        return "failed", (
+            f"layer(s) {layers} could not run (see their messages); a check that could not run "
+            "is not a pass: pass --allow-skipped to accept it, or --no-numeric"
+        )
+    if len(skipped) == len(results):
+        return "skipped", "no sampled layer could run (see layers; allowed by --allow-skipped)"
+    note = f"layer(s) {','.join(map(str, skipped))} skipped (--allow-skipped)" if skipped else None
+    return "passed", note
 
 
 def bf16_activations(backend: Backend, device: str) -> bool:

@@ -107,8 +107,15 @@ class LayerResult(BaseModel):
 
 
 class NumericReport(BaseModel):
+    """The sampled layers; ``ran_layers`` / ``skipped_layers`` say which ran (each result's
+    ``message`` says why one did not). A skipped layer fails the check (``status`` failed)
+    unless ``--allow-skipped`` (``allow_skipped``)."""
+
     status: Status
     reason: str | None = None
+    ran_layers: list[int] = Field(default_factory=list)
+    skipped_layers: list[int] = Field(default_factory=list)
+    allow_skipped: bool = False
     backend: str = ""
     device: str = ""
     tp: int = 1
@@ -135,9 +142,19 @@ class VerifyReport(BaseModel):
         return 0 if self.passed else 1
 
 
+#: ``NumericReport.reason`` when the user turned the numeric check off
+NO_NUMERIC = "--no-numeric"
+
+
 def overall(lossless: LosslessReport, numeric: NumericReport) -> bool:
-    """Passed unless a section failed (skipped sections do not fail the run)."""
-    return lossless.status != "failed" and numeric.status != "failed"
+    """Passed unless a section failed. A numeric check that could not run is not a pass: it
+    fails unless the user turned it off (``--no-numeric``) or allowed it (``--allow-skipped``).
+    """
+    if lossless.status == "failed" or numeric.status == "failed":
+        return False
+    if numeric.allow_skipped or numeric.reason == NO_NUMERIC:
+        return True
+    return not numeric.skipped_layers and numeric.status != "skipped"
 
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "schemas" / "verify-report.schema.json"
