@@ -275,6 +275,8 @@ class CheckpointView:
         else:
             gate = self.projection(lf.routed_module(e, "gate"))
             up = self.projection(lf.routed_module(e, "up"))
+        if self.semantics == "vllm":
+            up = engine_w13_global_scale(gate, up)
         return ExpertWeights(gate, up, down)
 
     def _expert_3d(self, lf: MoeLayerFacts, e: int) -> ExpertWeights:
@@ -405,6 +407,23 @@ class CheckpointView:
         else:
             return None
         return self.scheme(name) if name in self.catalog.tensors else None
+
+
+def engine_w13_global_scale(gate: Projection, up: Projection) -> Projection:
+    """``up`` as vLLM runs a routed NVFP4 expert: with the gate's (w1's) global scale.
+
+    vLLM stacks w1 / w3 into one ``w13`` and keeps one global scale per expert,
+    ``w13_weight_scale_2[:, 0]`` (w1's), warning "w1_weight_scale_2 must match
+    w3_weight_scale_2" when they differ (vLLM 0.33 ``quantization/quark/quark_moe.py``
+    ``QuarkNvfp4MoEMethod.process_weights_after_loading``; ``quantization/modelopt.py``
+    ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` does the same). So a checkpoint
+    whose w3 global scale differs from w1's computes other numbers in vLLM than its producer
+    meant, and the numeric check sees it.
+    """
+    g_global, u_global = gate.parts.get("global_scale"), up.parts.get("global_scale")
+    if g_global is None or u_global is None or "global_scale" not in up.parts:
+        return up
+    return Projection({**up.parts, "global_scale": g_global}, up.scheme, up.name)
 
 
 def split_gate_up(proj: Projection) -> tuple[Projection, Projection]:

@@ -40,8 +40,9 @@ import torch
 from checkpoint_tool.errors import CkptError, UsageError
 from checkpoint_tool.runtime.routing import RoutingConfig, route
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights
+from checkpoint_tool.verify.engram import check_engram
 from checkpoint_tool.verify.loader import CheckpointView, LoadedLayer, Router
-from checkpoint_tool.verify.report import LayerResult, NumericReport
+from checkpoint_tool.verify.report import EngramResult, LayerResult, NumericReport
 from checkpoint_tool.verify.sampling import ConvertedView, LayerPolicy, sample_layers
 from checkpoint_tool.verify.tolerance import tolerance_for
 
@@ -103,7 +104,12 @@ def check_numeric(
     prepare_backend(options.backend, device)
     policies = sample_layers(src, dst, options.layers)
     results = [_check_layer(src, dst, p, options, device, tp) for p in policies]
-    status, reason = numeric_status(results, options.allow_skipped)
+    engram = (
+        check_engram(src, dst, rows=options.tokens, seed=options.seed)
+        if isinstance(dst, CheckpointView)
+        else []
+    )
+    status, reason = numeric_status([*results, *engram], options.allow_skipped)
     return NumericReport(
         status=status,
         reason=reason,
@@ -116,11 +122,14 @@ def check_numeric(
         tokens=options.tokens,
         seed=options.seed,
         layers=results,
+        engram=engram,
         seconds=round(time.monotonic() - t0, 3),
     )
 
 
-def numeric_status(results: Sequence[LayerResult], allow_skipped: bool) -> tuple[str, str | None]:
+def numeric_status(
+    results: Sequence[LayerResult | EngramResult], allow_skipped: bool
+) -> tuple[str, str | None]:
     """The section's status and reason: a layer that could not run fails it unless allowed."""
     skipped = [r.layer for r in results if r.status == "skipped"]
     if any(r.status == "failed" for r in results):

@@ -109,6 +109,13 @@ def render_human(report: VerifyReport, console: Console) -> None:
         for lr in report.numeric.layers:
             if lr.message:
                 console.print(f"  layer {lr.layer}: {escape(lr.message)}")
+    for er in report.numeric.engram:
+        what = f"{er.rows_checked} row(s) decoded equal" if er.status == "passed" else er.message
+        console.print(
+            f"  engram table layer {er.layer} ({escape(er.tensor)}): {_status(er.status)}"
+            f"{'  ' + escape(what) if what else ''}"
+        )
+    if report.numeric.layers or report.numeric.engram:
         if report.numeric.reason:
             console.print(f"  numeric: {escape(report.numeric.reason)}")
         bases = sorted({lr.tolerance_basis for lr in report.numeric.layers if lr.tolerance_basis})

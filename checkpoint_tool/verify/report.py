@@ -106,6 +106,19 @@ class LayerResult(BaseModel):
     seconds: float = 0.0
 
 
+class EngramResult(BaseModel):
+    """One DeepSeek-V4.1 engram table: sampled rows of the converted table, as vLLM loads it,
+    against the source's (``verify.engram``)."""
+
+    layer: int
+    #: the converted table's weight, e.g. "model.layers.1.engram.embed_tokens.weight"
+    tensor: str
+    status: Status
+    rows_checked: int = 0
+    max_abs_error: float | None = None
+    message: str | None = None
+
+
 class NumericReport(BaseModel):
     """The sampled layers; ``ran_layers`` / ``skipped_layers`` say which ran (each result's
     ``message`` says why one did not). A skipped layer fails the check (``status`` failed)
@@ -123,6 +136,8 @@ class NumericReport(BaseModel):
     seed: int = 0
     layout: str = "hf"
     layers: list[LayerResult] = Field(default_factory=list)
+    #: DeepSeek-V4.1 engram tables (empty for other models)
+    engram: list[EngramResult] = Field(default_factory=list)
     seconds: float = 0.0
 
 
