@@ -3,8 +3,9 @@
 A layer's *policy* is what the conversion did to it, read from the two checkpoints' headers
 and config (no tensor data): shared experts fused into routed slots or kept separate, expert
 intermediate dim padded or not, the routed and shared schemes as the converted config
-resolves them, hash routing (DeepSeek-V4 ``tid2eid`` layers) and MTP (the drafter's layers,
-which other rename rules reach). The default sample is the first layer of each distinct policy, in layer order
+resolves them, hash routing (DeepSeek-V4 ``tid2eid`` layers) and the layer's name family
+(DeepSeek-V4's MTP layers keep ``mtp.K.*``, which other rename rules reach; DeepSeek-V3's MTP
+layer is ``model.layers.61`` like the others). The default sample is the first layer of each distinct policy, in layer order
 -- so a hybrid checkpoint (some layers fused, some not, a BF16 shared expert here, block FP8
 there) gets every case checked, and a uniform one costs a single layer.
 
@@ -18,6 +19,7 @@ Example (quark-hybrid at --tp 2)::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
@@ -42,6 +44,9 @@ class LayerPolicy:
     shared_scheme: str | None
     #: DeepSeek-V4 hash-routed layer (experts from ``ffn.gate.tid2eid``)
     hash_routed: bool = False
+    #: the converted layer's name family, e.g. "model.layers.*.ffn" or "mtp.*.ffn" (DeepSeek-V4
+    #: keeps the drafter's own names: other rename rules reach it)
+    names: str = ""
 
     @property
     def key(self) -> tuple:
@@ -51,7 +56,7 @@ class LayerPolicy:
             self.routed_scheme,
             self.shared_scheme,
             self.hash_routed,
-            self.is_mtp,
+            self.names,
         )
 
     @property
@@ -87,6 +92,7 @@ def layer_policy(src: CheckpointView, dst: ConvertedView, layer: int) -> LayerPo
         routed_scheme=routed.short() if routed else "missing",
         shared_scheme=shared.short() if shared else None,
         hash_routed=src.hash_routed(layer),
+        names=re.sub(r"\.\d+\.", ".*.", f"{lf.prefix}."),
     )
 
 
