@@ -154,7 +154,8 @@ def route(
                 "routing: topk_method noaux_tc needs the layer's e_score_correction_bias tensor"
             )
         choice = scores + correction_bias.float().to(scores.device)
-    if cfg.topk_method != "greedy" and cfg.n_group > 1:
+    # vLLM's sqrtsoftplus routing has no expert groups (``_sqrtsoftplus_bias_topk``)
+    if cfg.topk_method != "greedy" and cfg.n_group > 1 and cfg.scoring_func != "sqrtsoftplus":
         choice = _mask_groups(choice, cfg)
 
     ids = torch.topk(choice, cfg.top_k, dim=-1, sorted=True).indices
