@@ -14,6 +14,16 @@ gate / up / down triple of one expert. ``MoeLayerWeights`` is the layer:
   and ``swiglu_limit`` (the activation clamp of every expert, routed and shared, see
   ``reference.swiglu``).
 
+DeepSeek-V4 storage, as vLLM 0.33 reads it: FP4 experts (``expert_dtype: "fp4"``) are MXFP4,
+two E2M1 codes per I8/U8 byte with an F8_E8M0 scale per 32 inputs
+(``models/deepseek_v4/quant_config.py`` ``DeepseekV4FP8Config.get_quant_method`` ->
+``Mxfp4MoEMethod``); block-FP8 linears and shared experts carry ue8m0 (E8M0) block scales, the
+byte as a float32 exponent (``quantization/utils/fp8_utils.py`` ``_upcast_e8m0_to_fp32``);
+Quark NVFP4 exports add ``weight_scale_2`` (role ``global_scale``) and ``input_scale`` ->
+``input_scale_2`` (``amd/model.py`` ``_make_deepseek_v4_weights_mapper``), an activation
+scale the W4A16 runtime does not use. vLLM passes ``activation_key=kMxfp8Dynamic`` to the
+MXFP4 method; the runtime (and the reference) run W4A16, as on Hopper.
+
 Example (a DeepSeek-V3 layer, MXFP4 experts, shared expert separate)::
 
     scheme = Scheme(format="mxfp4", group_size=32, scale_suffix="weight_scale")
