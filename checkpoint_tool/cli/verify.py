@@ -34,6 +34,8 @@ Examples:
   ckpt verify /out/model -s ./src --no-numeric --format json > verify.json
 
   ckpt verify /out/model -s ./src --no-lossless --backend torch --tp 4
+
+  ckpt verify /out/model -s ./src --allow-skipped    # accept layers that cannot run
 """
 
 
@@ -111,6 +113,14 @@ def register(app: typer.Typer) -> None:
                 "--max-mismatches", min=1, help="Mismatched tensors listed (counted all)."
             ),
         ] = 50,
+        allow_skipped: Annotated[
+            bool,
+            typer.Option(
+                "--allow-skipped",
+                help="Pass even when a sampled layer cannot run numerically (listed in the "
+                "report); by default a check that could not run fails.",
+            ),
+        ] = False,
         progress: Annotated[
             bool, typer.Option("--progress/--no-progress", help="Progress bar on a terminal.")
         ] = True,
@@ -135,6 +145,7 @@ def register(app: typer.Typer) -> None:
             tp=tp,
             memory_budget=parse_size(memory_budget),
             max_mismatches=max_mismatches,
+            allow_skipped=allow_skipped,
         )
         bar = (
             RichProgress(label="verify lossless", transient=True)

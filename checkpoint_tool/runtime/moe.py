@@ -3,11 +3,12 @@
 ``run_moe(x, layer, routing, backend="triton", tp=1)``:
 
 1. route (``routing.py``): ids ``[T, k]`` and weights (``routed_scaling_factor`` included);
+   (DeepSeek-V4 hash layers: ``layer.hash_table[input_ids]``);
 2. fused shared slots ``n_routed + j`` are appended to every token with weight 1 (times the
    Qwen shared gate, if any). Since the scaling factor is applied per *routed* weight, weight 1
    makes the slot exactly the separate shared expert (``y = sum_i rsf * w_i E_i(x) + S(x)``);
 3. per TP rank (gate/up rows and down columns sliced by ``shard.py``, padding allowed): align
-   rows into blocks, ``gate_up_silu`` then ``down_weighted`` (router weight in the epilogue),
+   rows into blocks, ``gate_up_silu`` (DeepSeek-V4: ``swiglu_limit`` clamp) then ``down_weighted`` (router weight in the epilogue),
    combine by summing ``[T, k, H]`` over k in float32 (fixed order, deterministic); separate
    shared experts run as a second grouped call with every token routed to each of them;
 4. sum the ranks' partial outputs in rank order (the all-reduce of row-parallel down).
@@ -38,10 +39,12 @@ from checkpoint_tool.runtime.activation import (
 from checkpoint_tool.runtime.reference import (
     TopK,
     dequantize_projection,
+    route_layer,
     shared_weight,
+    swiglu,
     uses_w8a8,
 )
-from checkpoint_tool.runtime.routing import RoutingConfig, route
+from checkpoint_tool.runtime.routing import RoutingConfig
 from checkpoint_tool.runtime.shard import shard_layer
 from checkpoint_tool.runtime.stack import KernelFormat, StackedWeights, stack_projections
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
@@ -129,10 +132,14 @@ def run_moe(
     pad_multiple: int = 1,
     topk: TopK | None = None,
     w8a8: bool | None = None,
+    input_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``[T, H]`` output (``x.dtype``) of one MoE layer for ``x [T, H]`` (see module doc)."""
+    """``[T, H]`` output (``x.dtype``) of one MoE layer for ``x [T, H]`` (see module doc).
+
+    ``input_ids`` ``[T]``: the tokens, for a hash-routed layer (DeepSeek-V4 ``tid2eid``).
+    """
     prepared = prepare_moe(layer, tp=tp, pad_multiple=pad_multiple, w8a8=w8a8, backend=backend)
-    return run_prepared(x, prepared, routing, backend=backend, topk=topk)
+    return run_prepared(x, prepared, routing, backend=backend, topk=topk, input_ids=input_ids)
 
 
 def run_prepared(
@@ -143,6 +150,7 @@ def run_prepared(
     backend: Backend = "triton",
     topk: TopK | None = None,
     configs: object | None = None,
+    input_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Forward of a prepared layer; ``topk`` (ids, weights) overrides the routing.
 
@@ -151,11 +159,7 @@ def run_prepared(
     layer = prepared.layer
     if backend == "triton" and not all(r.routed.stacked for r in prepared.ranks):
         raise UsageError("run_prepared: layer was prepared for the torch backend")
-    ids, weights = (
-        topk
-        if topk is not None
-        else route(x, layer.router_weight, routing, layer.e_score_correction_bias)
-    )
+    ids, weights = topk if topk is not None else route_layer(x, layer, routing, input_ids)
     ids, weights = ids.to(x.device), weights.to(x.device).float()
     num_tokens = x.shape[0]
     gate = shared_weight(x, layer)
@@ -164,13 +168,14 @@ def run_prepared(
         ids = torch.cat([ids, slots.expand(num_tokens, -1)], dim=1)
         weights = torch.cat([weights, gate[:, None].expand(-1, layer.n_fused_shared)], dim=1)
     out = torch.zeros(num_tokens, layer.hidden, dtype=torch.float32, device=x.device)
+    run = _GroupRun(backend, prepared.w8a8, configs, layer.swiglu_limit)
     for rank in prepared.ranks:
-        out += _run_group(x, rank.routed, ids, weights, backend, prepared.w8a8, configs)
+        out += run(x, rank.routed, ids, weights)
         if rank.shared is not None:
             n_shared = len(rank.shared.experts)
             s_ids = torch.arange(n_shared, device=x.device).expand(num_tokens, -1)
             s_w = gate[:, None].expand(-1, n_shared)
-            out += _run_group(x, rank.shared, s_ids, s_w, backend, prepared.w8a8, configs)
+            out += run(x, rank.shared, s_ids, s_w)
     return out.to(x.dtype)
 
 
@@ -188,21 +193,24 @@ def _group(experts: Sequence[ExpertWeights], stack: bool, w8a8: bool | None) -> 
     )
 
 
-def _run_group(
-    x: torch.Tensor,
-    group: ExpertGroup,
-    ids: torch.Tensor,
-    weights: torch.Tensor,
-    backend: Backend,
-    w8a8: bool | None,
-    configs: object | None,
-) -> torch.Tensor:
-    """float32 ``[T, H]``: sum over slots of ``weights * expert(x)`` for one expert group."""
-    if backend == "torch":
-        return _group_torch(x, group.experts, ids, weights, w8a8)
-    if backend != "triton":
-        raise UsageError(f"unknown backend {backend!r} (use 'triton' or 'torch')")
-    return _group_triton(x, group, ids, weights, configs)
+@dataclass(frozen=True)
+class _GroupRun:
+    """How the groups of one forward run: backend, w8a8 override, tiles, activation clamp."""
+
+    backend: Backend
+    w8a8: bool | None
+    configs: object | None
+    swiglu_limit: float | None
+
+    def __call__(
+        self, x: torch.Tensor, group: ExpertGroup, ids: torch.Tensor, weights: torch.Tensor
+    ) -> torch.Tensor:
+        """float32 ``[T, H]``: sum over slots of ``weights * expert(x)`` for one expert group."""
+        if self.backend == "torch":
+            return _group_torch(x, group.experts, ids, weights, self.w8a8, self.swiglu_limit)
+        if self.backend != "triton":
+            raise UsageError(f"unknown backend {self.backend!r} (use 'triton' or 'torch')")
+        return _group_triton(x, group, ids, weights, self.configs, self.swiglu_limit)
 
 
 def _group_triton(
@@ -211,6 +219,7 @@ def _group_triton(
     ids: torch.Tensor,
     weights: torch.Tensor,
     configs: object | None,
+    swiglu_limit: float | None = None,
 ) -> torch.Tensor:
     from checkpoint_tool.runtime.align import align_rows
     from checkpoint_tool.runtime.kernels import (
@@ -241,7 +250,16 @@ def _group_triton(
     a, a_scale = _kernel_input(x, group.gate, io_dtype, quantize_fp8_groups)
     # a w8a8 down projection quantizes the float32 intermediate (no bf16 rounding first)
     h_dtype = torch.float32 if group.down.fmt is KernelFormat.FP8_W8A8 else io_dtype
-    h = gate_up_silu(a, a_scale, group.gate, group.up, aligned, cfgs.gate_up, out_dtype=h_dtype)
+    h = gate_up_silu(
+        a,
+        a_scale,
+        group.gate,
+        group.up,
+        aligned,
+        cfgs.gate_up,
+        out_dtype=h_dtype,
+        swiglu_limit=swiglu_limit,
+    )
     h, h_scale = _kernel_input(h, group.down, io_dtype, quantize_fp8_groups)
     y = down_weighted(
         h, h_scale, group.down, aligned, weights.reshape(-1), cfgs.down, out_dtype=io_dtype
@@ -263,6 +281,7 @@ def _group_torch(
     ids: torch.Tensor,
     weights: torch.Tensor,
     w8a8: bool | None,
+    swiglu_limit: float | None = None,
 ) -> torch.Tensor:
     """Per-expert loop on dequantized weights (float32 on CPU, ``x.dtype`` on GPU)."""
     dtype = torch.float32 if x.device.type == "cpu" else x.dtype
@@ -272,7 +291,7 @@ def _group_torch(
         ex = experts[e]
         wg, wu, wd = (dequantize_projection(p).to(x.device, dtype) for p in ex.projections())
         a = _torch_input(x[rows], ex.gate, w8a8, dtype)
-        h = torch.nn.functional.silu(a @ wg.t()) * (a @ wu.t())
+        h = swiglu(a @ wg.t(), a @ wu.t(), swiglu_limit)
         y = _torch_input(h, ex.down, w8a8, dtype) @ wd.t()
         out.index_add_(0, rows, y.float() * weights[rows, slots].unsqueeze(-1))
     return out

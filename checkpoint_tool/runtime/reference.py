@@ -9,6 +9,10 @@ Block-FP8 projections whose scheme has dynamic activations (w8a8) see their inpu
 per token and 128-column group, exactly as the runtime does (``activation.py``); FP4 formats
 run weight-only (W4A16), as vLLM does on Hopper.
 
+DeepSeek-V4 layers (``layer.swiglu_limit``) clamp the activation of every expert, routed,
+fused slot and shared alike (``swiglu``); hash-routed layers (``layer.hash_table``) route by
+``input_ids``.
+
 Example::
 
     y = moe_reference(x, layer, RoutingConfig(top_k=8, ...))   # float32 [T, H]
@@ -70,15 +74,17 @@ def moe_reference(
     topk: TopK | None = None,
     w8a8: bool | None = None,
     dequantize: Dequantizer | None = None,
+    input_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """float32 ``[T, H]`` output of the layer for ``x [T, H]``.
 
     ``topk`` (ids, weights) overrides the routing (to compare backends on one routing);
-    ``dequantize`` overrides the codec decoder (tests of the decoders themselves).
+    ``dequantize`` overrides the codec decoder (tests of the decoders themselves);
+    ``input_ids`` ``[T]`` feed a hash-routed layer's table.
     """
     deq = dequantize or dequantize_projection
     if topk is None:
-        topk = route(x, layer.router_weight, routing, layer.e_score_correction_bias)
+        topk = route_layer(x, layer, routing, input_ids)
     ids, weights = topk
     x32 = x.float()
     out = torch.zeros(x.shape[0], layer.hidden, dtype=torch.float64, device=x.device)
@@ -86,21 +92,57 @@ def moe_reference(
         rows, slots = (ids == e).nonzero(as_tuple=True)
         if rows.numel() == 0:
             continue
-        y = expert_forward(x32[rows], layer.experts[e], deq, w8a8)
+        y = expert_forward(x32[rows], layer.experts[e], deq, w8a8, layer.swiglu_limit)
         out.index_add_(0, rows, y * weights[rows, slots].double().unsqueeze(-1))
     gate = shared_weight(x, layer).double().unsqueeze(-1)
     for ex in (*layer.fused_shared, *layer.shared):
-        out += expert_forward(x32, ex, deq, w8a8) * gate
+        out += expert_forward(x32, ex, deq, w8a8, layer.swiglu_limit) * gate
     return out.float()
 
 
+def route_layer(
+    x: torch.Tensor,
+    layer: MoeLayerWeights,
+    routing: RoutingConfig,
+    input_ids: torch.Tensor | None = None,
+) -> TopK:
+    """The layer's own routing: its router, bias and (hash layers) its table."""
+    return route(
+        x,
+        layer.router_weight,
+        routing,
+        layer.e_score_correction_bias,
+        input_ids=input_ids,
+        hash_table=layer.hash_table,
+    )
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float | None = None) -> torch.Tensor:
+    """``silu(gate) * up``; with DeepSeek-V4's ``swiglu_limit`` the inputs are clamped first.
+
+    vLLM 0.33 ``model_executor/layers/activation.py`` ``SiluAndMulWithClamp.forward_native``:
+    ``gate = clamp(gate, max=limit)``, ``up = clamp(up, -limit, limit)`` (alpha 1, beta 0),
+    used by ``models/deepseek_v4/amd/model.py`` ``DeepseekV4MLP`` (shared experts) and passed
+    as ``swiglu_limit`` to the routed ``FusedMoE`` of ``DeepseekV4MoE`` (shared and routed
+    experts both clamp).
+    """
+    if limit is not None:
+        gate = gate.clamp(max=limit)
+        up = up.clamp(min=-limit, max=limit)
+    return torch.nn.functional.silu(gate) * up
+
+
 def expert_forward(
-    a: torch.Tensor, ex: ExpertWeights, deq: Dequantizer, w8a8: bool | None = None
+    a: torch.Tensor,
+    ex: ExpertWeights,
+    deq: Dequantizer,
+    w8a8: bool | None = None,
+    swiglu_limit: float | None = None,
 ) -> torch.Tensor:
-    """float64 ``down(silu(gate(a)) * up(a))`` of one expert on float32 rows ``a``."""
+    """float64 ``down(swiglu(gate(a), up(a)))`` of one expert on float32 rows ``a``."""
     wg, wu, wd = (deq(p).double().to(a.device) for p in ex.projections())
     a_in = _activation(a, ex.gate, w8a8)
-    h = torch.nn.functional.silu(a_in @ wg.t()) * (a_in @ wu.t())
+    h = swiglu(a_in @ wg.t(), a_in @ wu.t(), swiglu_limit)
     return _activation(h.float(), ex.down, w8a8) @ wd.t()
 
 

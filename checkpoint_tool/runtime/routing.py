@@ -1,6 +1,7 @@
 """Token routing of one MoE layer, as the model's config.json defines it.
 
-Scores are ``softmax`` or ``sigmoid`` of the float32 router logits ``x @ W_router^T``.
+Scores are ``softmax``, ``sigmoid`` or ``sqrtsoftplus`` (DeepSeek-V4: ``sqrt(softplus(l))``)
+of the float32 router logits ``l = x @ W_router^T``.
 Experts are chosen greedily (top-k), by ``group_limited_greedy`` (DeepSeek-V2: keep the
 ``topk_group`` best of ``n_group`` groups by their best score) or by ``noaux_tc``
 (DeepSeek-V3 / GLM-4 MoE: ``e_score_correction_bias`` is added to the scores *for the
@@ -9,12 +10,23 @@ the unbiased scores of the chosen experts, renormalised to sum 1 when ``norm_top
 then multiplied by ``routed_scaling_factor`` (applied per routed weight here; vLLM applies it
 to the routed sum, the same up to rounding).
 
+DeepSeek-V4 (vLLM 0.33 ``model_executor/layers/fused_moe/router/cpu_router.py``
+``_sqrtsoftplus_bias_topk``, the reference of the CUDA ``dsv4_topk`` / ``topk_hash_softplus_sqrt``
+kernels): weight ``sqrt(softplus(l))``, experts chosen by ``weight + e_score_correction_bias``
+(no groups), unbiased weights renormalised and times ``routed_scaling_factor``. Its first
+``num_hash_layers`` layers are *hash-routed*: the experts are ``tid2eid[input_id]`` (a
+``[vocab, top_k]`` table, ``ffn.gate.tid2eid``), no top-k and no bias; the weights are the
+same renormalised ``sqrt(softplus(l))`` of those experts. (vLLM is followed; DeepSeek's own
+inference code was not available to compare against.)
+
 Example (DeepSeek-V3 config.json fields)::
 
     cfg = RoutingConfig.from_hf_config({"num_experts_per_tok": 8, "scoring_func": "sigmoid",
         "topk_method": "noaux_tc", "n_group": 8, "topk_group": 4, "norm_topk_prob": True,
         "routed_scaling_factor": 2.5, "n_routed_experts": 256})
     ids, weights = route(x, router_weight, cfg, correction_bias)   # [T, 8] int64, float32
+    # DeepSeek-V4 hash layer: experts from the token ids
+    ids, weights = route(x, w, v4_cfg, input_ids=tok [T], hash_table=tid2eid [vocab, 6])
 """
 
 from __future__ import annotations
@@ -26,13 +38,16 @@ from pydantic import BaseModel, ConfigDict
 
 from checkpoint_tool.errors import InputError
 
-ScoringFunc = Literal["softmax", "sigmoid"]
+ScoringFunc = Literal["softmax", "sigmoid", "sqrtsoftplus"]
 TopkMethod = Literal["greedy", "group_limited_greedy", "noaux_tc"]
 
 #: config.json keys that name the number of experts chosen per token, by family
 _TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "n_activated_experts", "top_k")
 #: families whose config omits scoring_func / topk_method but always route like DeepSeek-V3
 _NOAUX_SIGMOID_FAMILIES = ("glm4_moe", "deepseek_v3")
+#: DeepSeek-V4: vLLM's ``getattr(config, "scoring_func", "sqrtsoftplus")``
+#: (``models/deepseek_v4/amd/model.py`` ``DeepseekV4MoE.__init__``)
+_SQRTSOFTPLUS_FAMILIES = ("deepseek_v4", "deepseek_v41")
 
 
 class RoutingConfig(BaseModel):
@@ -64,12 +79,14 @@ class RoutingConfig(BaseModel):
             )
         model_type = str(config.get("model_type", ""))
         default_noaux = model_type in _NOAUX_SIGMOID_FAMILIES
-        scoring = config.get("scoring_func") or ("sigmoid" if default_noaux else "softmax")
-        method = config.get("topk_method") or ("noaux_tc" if default_noaux else "greedy")
-        if scoring not in ("softmax", "sigmoid"):
+        v4 = model_type in _SQRTSOFTPLUS_FAMILIES
+        default_scoring = "sqrtsoftplus" if v4 else "sigmoid" if default_noaux else "softmax"
+        scoring = config.get("scoring_func") or default_scoring
+        method = config.get("topk_method") or ("noaux_tc" if default_noaux or v4 else "greedy")
+        if scoring not in ("softmax", "sigmoid", "sqrtsoftplus"):
             raise InputError(
                 f"{source}: scoring_func {scoring!r} is not supported by the runtime "
-                "(supported: softmax, sigmoid)"
+                "(supported: softmax, sigmoid, sqrtsoftplus)"
             )
         if method not in ("greedy", "group_limited_greedy", "noaux_tc"):
             raise InputError(
@@ -92,21 +109,43 @@ def router_logits(x: torch.Tensor, router_weight: torch.Tensor) -> torch.Tensor:
     return x.float() @ router_weight.float().t()
 
 
+def scores_of(logits: torch.Tensor, scoring_func: ScoringFunc) -> torch.Tensor:
+    """float32 expert scores of float32 logits ``[T, E]``.
+
+    ``sqrtsoftplus``: ``sqrt(softplus(l))`` (vLLM ``cpu_router._sqrtsoftplus_bias_topk`` and
+    the ``biased_topk_cpu`` / ``hash_topk_cpu`` kernels it calls; torch's softplus switches to
+    the identity above 20, where ``log1p(exp(l))`` rounds to ``l`` in float32 anyway).
+    """
+    if scoring_func == "softmax":
+        return logits.softmax(dim=-1)
+    if scoring_func == "sigmoid":
+        return logits.sigmoid()
+    return torch.nn.functional.softplus(logits).sqrt()
+
+
 def route(
     x: torch.Tensor,
     router_weight: torch.Tensor,
     cfg: RoutingConfig,
     correction_bias: torch.Tensor | None = None,
+    *,
+    input_ids: torch.Tensor | None = None,
+    hash_table: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Choose ``cfg.top_k`` experts per token: ids ``[T, k]`` int64, weights ``[T, k]`` float32.
 
-    The weights already include ``routed_scaling_factor``.
+    The weights already include ``routed_scaling_factor``. ``hash_table`` ``[vocab, k]`` (a
+    DeepSeek-V4 hash layer's ``tid2eid``) picks the experts of token ``input_ids[t]`` instead
+    of a top-k; the bias is then unused (vLLM: "hash MoE doesn't use e_score_correction_bias").
     """
     logits = router_logits(x, router_weight)
     num_experts = logits.shape[1]
     if cfg.top_k > num_experts:
         raise InputError(f"routing: top_k {cfg.top_k} exceeds the {num_experts} routed experts")
-    scores = logits.softmax(dim=-1) if cfg.scoring_func == "softmax" else logits.sigmoid()
+    scores = scores_of(logits, cfg.scoring_func)
+    if hash_table is not None:
+        ids = hash_ids(hash_table, input_ids, cfg.top_k, num_experts).to(scores.device)
+        return _weights(scores, ids, cfg)
 
     choice = scores
     if cfg.topk_method == "noaux_tc":
@@ -115,14 +154,48 @@ def route(
                 "routing: topk_method noaux_tc needs the layer's e_score_correction_bias tensor"
             )
         choice = scores + correction_bias.float().to(scores.device)
-    if cfg.topk_method != "greedy" and cfg.n_group > 1:
+    # vLLM's sqrtsoftplus routing has no expert groups (``_sqrtsoftplus_bias_topk``)
+    if cfg.topk_method != "greedy" and cfg.n_group > 1 and cfg.scoring_func != "sqrtsoftplus":
         choice = _mask_groups(choice, cfg)
 
     ids = torch.topk(choice, cfg.top_k, dim=-1, sorted=True).indices
+    return _weights(scores, ids, cfg)
+
+
+def _weights(
+    scores: torch.Tensor, ids: torch.Tensor, cfg: RoutingConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
     weights = scores.gather(1, ids)
     if cfg.norm_topk_prob and cfg.top_k > 1:
         weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
     return ids, weights * cfg.routed_scaling_factor
+
+
+def hash_ids(
+    table: torch.Tensor, input_ids: torch.Tensor | None, top_k: int, num_experts: int
+) -> torch.Tensor:
+    """int64 ``[T, k]`` experts of a hash-routed layer: ``table[input_ids]``, checked.
+
+    An id outside ``0..num_experts-1`` (e.g. an expert not loaded, ``-1``) is an ``InputError``.
+    """
+    if input_ids is None:
+        raise InputError("routing: a hash-routed layer (tid2eid) needs the tokens' input ids")
+    if table.dim() != 2 or table.shape[1] != top_k:
+        raise InputError(
+            f"routing: hash table (tid2eid) shape {tuple(table.shape)} != [vocab, top_k={top_k}]"
+        )
+    tok = input_ids.long().cpu().reshape(-1)
+    if tok.numel() and (int(tok.min()) < 0 or int(tok.max()) >= table.shape[0]):
+        raise InputError(
+            f"routing: input ids outside the hash table's {table.shape[0]} rows (vocab)"
+        )
+    ids = table.cpu().long()[tok]
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_experts):
+        raise InputError(
+            f"routing: hash table (tid2eid) names expert {int(ids.min())}..{int(ids.max())}, "
+            f"outside the {num_experts} loaded routed experts"
+        )
+    return ids
 
 
 def _mask_groups(choice: torch.Tensor, cfg: RoutingConfig) -> torch.Tensor:

@@ -9,7 +9,20 @@ gate / up / down triple of one expert. ``MoeLayerWeights`` is the layer:
   *fused slots* ``n_routed + j`` (the FSE layout: always selected, weight 1);
 - ``shared``: shared experts kept separate (the usual layout), each added with weight 1
   (times ``sigmoid(x @ shared_gate_weight^T)`` for Qwen-style gated shared experts);
-- ``router_weight`` ``[n_routed, H]`` and the optional ``e_score_correction_bias`` ``[n_routed]``.
+- ``router_weight`` ``[n_routed, H]`` and the optional ``e_score_correction_bias`` ``[n_routed]``;
+- DeepSeek-V4: ``hash_table`` ``[vocab, top_k]`` (``ffn.gate.tid2eid`` of a hash-routed layer)
+  and ``swiglu_limit`` (the activation clamp of every expert, routed and shared, see
+  ``reference.swiglu``).
+
+DeepSeek-V4 storage, as vLLM 0.33 reads it: FP4 experts (``expert_dtype: "fp4"``) are MXFP4,
+two E2M1 codes per I8/U8 byte with an F8_E8M0 scale per 32 inputs
+(``models/deepseek_v4/quant_config.py`` ``DeepseekV4FP8Config.get_quant_method`` ->
+``Mxfp4MoEMethod``); block-FP8 linears and shared experts carry ue8m0 (E8M0) block scales, the
+byte as a float32 exponent (``quantization/utils/fp8_utils.py`` ``_upcast_e8m0_to_fp32``);
+Quark NVFP4 exports add ``weight_scale_2`` (role ``global_scale``) and ``input_scale`` ->
+``input_scale_2`` (``amd/model.py`` ``_make_deepseek_v4_weights_mapper``), an activation
+scale the W4A16 runtime does not use. vLLM passes ``activation_key=kMxfp8Dynamic`` to the
+MXFP4 method; the runtime (and the reference) run W4A16, as on Hopper.
 
 Example (a DeepSeek-V3 layer, MXFP4 experts, shared expert separate)::
 
@@ -143,6 +156,10 @@ class MoeLayerWeights:
     shared_gate_weight: torch.Tensor | None = None
     #: for error messages, e.g. "model.layers.3.mlp"
     name: str = "moe layer"
+    #: DeepSeek-V4 hash-routed layer: experts of token id t are ``hash_table[t]`` ([vocab, k])
+    hash_table: torch.Tensor | None = None
+    #: DeepSeek-V4 ``swiglu_limit``: gate clamped to <= limit, up to [-limit, limit]
+    swiglu_limit: float | None = None
 
     def __post_init__(self) -> None:
         if not self.experts:
@@ -169,6 +186,13 @@ class MoeLayerWeights:
                 f"{self.name}: e_score_correction_bias shape {tuple(bias.shape)} != "
                 f"[{self.n_routed}]"
             )
+        if self.hash_table is not None and self.hash_table.dim() != 2:
+            raise InputError(
+                f"{self.name}: hash table (tid2eid) shape {tuple(self.hash_table.shape)} is not "
+                "[vocab, top_k]"
+            )
+        if self.swiglu_limit is not None and not self.swiglu_limit > 0:
+            raise InputError(f"{self.name}: swiglu_limit {self.swiglu_limit} must be > 0")
 
     @property
     def n_routed(self) -> int:
@@ -200,6 +224,8 @@ class MoeLayerWeights:
             n_fused_shared=self.n_fused_shared,
             shared_gate_weight=move(self.shared_gate_weight),
             name=self.name,
+            hash_table=self.hash_table,
+            swiglu_limit=self.swiglu_limit,
         )
 
     def with_experts(
@@ -214,4 +240,6 @@ class MoeLayerWeights:
             n_fused_shared=self.n_fused_shared,
             shared_gate_weight=self.shared_gate_weight,
             name=self.name,
+            hash_table=self.hash_table,
+            swiglu_limit=self.swiglu_limit,
         )

@@ -113,7 +113,12 @@ def _run_layer(
     gen = torch.Generator().manual_seed(1_000_003 + index)
     x = torch.randn(ctx.options.deep_tokens, hidden, generator=gen)
     router = view.router(index)
-    ids, weights = route(x, router.weight, routing, router.bias)
+    tokens = None  # a DeepSeek-V4 hash-routed layer picks experts by token id (tid2eid)
+    if router.hash_table is not None:
+        tokens = torch.randint(0, router.hash_table.shape[0], (x.shape[0],), generator=gen)
+    ids, weights = route(
+        x, router.weight, routing, router.bias, input_ids=tokens, hash_table=router.hash_table
+    )
     used = sorted(set(ids.flatten().tolist()))
     loaded = view.layer(index, experts=used, router=router)
     lut = torch.full((max(loaded.slot_of) + 1,), -1, dtype=torch.long)

@@ -51,16 +51,19 @@ Semantics = Literal["vllm", "producer"]
 _SCALE_SUFFIXES = ("weight_scale", "weight_scale_inv", "scale")
 _GLOBAL_SUFFIXES = ("weight_scale_2",)
 _BIAS_NAMES = ("e_score_correction_bias", "bias")
+#: DeepSeek-V4 hash-routed layers: ``ffn.gate.tid2eid`` [vocab, top_k] (vLLM ``DeepseekV4MoE``)
+_HASH_TABLE = "tid2eid"
 
 
 @dataclass(frozen=True)
 class Router:
-    """A layer's router: float32 weight ``[n_routed, H]``, optional correction bias ``[n_routed]``
-    and Qwen shared-expert gate ``[1, H]``."""
+    """A layer's router: float32 weight ``[n_routed, H]``, optional correction bias ``[n_routed]``,
+    Qwen shared-expert gate ``[1, H]`` and DeepSeek-V4 hash table ``[vocab, top_k]`` (int64)."""
 
     weight: torch.Tensor
     bias: torch.Tensor | None = None
     shared_gate: torch.Tensor | None = None
+    hash_table: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +215,21 @@ class CheckpointView:
         )
 
     # -- a layer ------------------------------------------------------------------------------
+    def hash_routed(self, layer: int) -> bool:
+        """A DeepSeek-V4 hash-routed layer: its gate has a ``tid2eid`` table (headers only)."""
+        return f"{self.layer_facts(layer).prefix}.gate.{_HASH_TABLE}" in self.catalog.tensors
+
+    def swiglu_limit(self) -> float | None:
+        """DeepSeek-V4's activation clamp (config.json ``swiglu_limit``; other families: None).
+
+        vLLM reads it only in ``models/deepseek_v4`` (``DeepseekV4MoE.__init__``:
+        ``self.swiglu_limit = config.swiglu_limit``).
+        """
+        if self.facts.family != "deepseek_v4":
+            return None
+        limit = self.text_config.get("swiglu_limit")
+        return float(limit) if limit else None
+
     def router(self, layer: int) -> Router:
         lf = self.layer_facts(layer)
         gate = f"{lf.prefix}.gate"
@@ -224,7 +242,15 @@ class CheckpointView:
         shared_gate = None
         if lf.has_shared_expert_gate:
             shared_gate = self._dense(f"{lf.prefix}.shared_expert_gate.weight", "shared gate")
-        return Router(weight, bias, shared_gate)
+        table = None
+        if self.hash_routed(layer):
+            table = self.read(f"{gate}.{_HASH_TABLE}", "hash routing table").long()
+            if table.dim() != 2 or table.shape[1] != lf.top_k:
+                raise InputError(
+                    f"{self.where}: {gate}.{_HASH_TABLE} shape {list(table.shape)} is not "
+                    f"[vocab, num_experts_per_tok={lf.top_k}]"
+                )
+        return Router(weight, bias, shared_gate, table)
 
     def _dense(self, name: str, what: str) -> torch.Tensor:
         """float32 value of a (normally unquantized) tensor; quantized ones are dequantized."""
@@ -249,6 +275,8 @@ class CheckpointView:
         else:
             gate = self.projection(lf.routed_module(e, "gate"))
             up = self.projection(lf.routed_module(e, "up"))
+        if self.semantics == "vllm":
+            up = engine_w13_global_scale(gate, up)
         return ExpertWeights(gate, up, down)
 
     def _expert_3d(self, lf: MoeLayerFacts, e: int) -> ExpertWeights:
@@ -277,7 +305,7 @@ class CheckpointView:
         indexed = lf.naming.shared_layout == "indexed"
         out = []
         for j in range(lf.n_shared) if indexed else [None]:
-            down = self.projection(lf.shared_module("down", j))
+            down = self.projection(self._shared_down(lf.shared_module("down", j)))
             if lf.naming.shared_layout == "single_gate_up":
                 gate, up = split_gate_up(self.projection(lf.shared_module("gate", j)))
             else:
@@ -285,6 +313,21 @@ class CheckpointView:
                 up = self.projection(lf.shared_module("up", j))
             out.append(ExpertWeights(gate, up, down))
         return out
+
+    def _shared_down(self, module: str) -> str:
+        """The shared down projection's module, as the engine's loader names it.
+
+        vLLM's DeepSeek-V4 loader renames ``.shared_experts.w2`` -> ``.shared_experts.down_proj``
+        on non-fused layers (``models/deepseek_v4/amd/model.py``
+        ``_make_deepseek_v4_weights_mapper``) while ``w1`` / ``w3`` keep their names.
+        """
+        alias = module.replace(".shared_experts.w2", ".shared_experts.down_proj")
+        if (
+            f"{module}.weight" not in self.catalog.tensors
+            and f"{alias}.weight" in self.catalog.tensors
+        ):
+            return alias
+        return module
 
     def layer(
         self, layer: int, *, experts: Sequence[int] | None = None, router: Router | None = None
@@ -315,6 +358,8 @@ class CheckpointView:
             n_fused_shared=len(fused),
             shared_gate_weight=router.shared_gate,
             name=lf.prefix,
+            hash_table=_restrict_table(router.hash_table, ids, lf.n_routed),
+            swiglu_limit=self.swiglu_limit(),
         )
         return LoadedLayer(weights, {e: i for i, e in enumerate(ids)}, slots)
 
@@ -364,6 +409,23 @@ class CheckpointView:
         return self.scheme(name) if name in self.catalog.tensors else None
 
 
+def engine_w13_global_scale(gate: Projection, up: Projection) -> Projection:
+    """``up`` as vLLM runs a routed NVFP4 expert: with the gate's (w1's) global scale.
+
+    vLLM stacks w1 / w3 into one ``w13`` and keeps one global scale per expert,
+    ``w13_weight_scale_2[:, 0]`` (w1's), warning "w1_weight_scale_2 must match
+    w3_weight_scale_2" when they differ (vLLM 0.33 ``quantization/quark/quark_moe.py``
+    ``QuarkNvfp4MoEMethod.process_weights_after_loading``; ``quantization/modelopt.py``
+    ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` does the same). So a checkpoint
+    whose w3 global scale differs from w1's computes other numbers in vLLM than its producer
+    meant, and the numeric check sees it.
+    """
+    g_global, u_global = gate.parts.get("global_scale"), up.parts.get("global_scale")
+    if g_global is None or u_global is None or "global_scale" not in up.parts:
+        return up
+    return Projection({**up.parts, "global_scale": g_global}, up.scheme, up.name)
+
+
 def split_gate_up(proj: Projection) -> tuple[Projection, Projection]:
     """gate rows ``[0, I)`` and up rows ``[I, 2I)`` of a fused ``gate_up`` projection."""
     from checkpoint_tool.quant.codecs import get_codec
@@ -379,6 +441,22 @@ def split_gate_up(proj: Projection) -> tuple[Projection, Projection]:
         Projection(gate, proj.scheme, f"{proj.label}[gate]"),
         Projection(up, proj.scheme, f"{proj.label}[up]"),
     )
+
+
+def _restrict_table(
+    table: torch.Tensor | None, ids: Sequence[int], n_routed: int
+) -> torch.Tensor | None:
+    """A hash table over the loaded experts' indexes (experts not loaded -> -1)."""
+    if table is None:
+        return None
+    if table.numel() and (int(table.min()) < 0 or int(table.max()) >= n_routed):
+        raise InputError(
+            f"hash routing table names experts {int(table.min())}..{int(table.max())}, "
+            f"outside 0..{n_routed - 1}"
+        )
+    lut = torch.full((n_routed,), -1, dtype=torch.long)
+    lut[torch.tensor(list(ids), dtype=torch.long)] = torch.arange(len(ids))
+    return lut[table]
 
 
 def _ranges(values: Sequence[int]) -> str:

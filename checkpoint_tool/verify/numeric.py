@@ -38,10 +38,11 @@ from typing import Literal
 import torch
 
 from checkpoint_tool.errors import CkptError, UsageError
-from checkpoint_tool.runtime.routing import route
+from checkpoint_tool.runtime.routing import RoutingConfig, route
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights
-from checkpoint_tool.verify.loader import CheckpointView, LoadedLayer
-from checkpoint_tool.verify.report import LayerResult, NumericReport
+from checkpoint_tool.verify.engram import check_engram
+from checkpoint_tool.verify.loader import CheckpointView, LoadedLayer, Router
+from checkpoint_tool.verify.report import EngramResult, LayerResult, NumericReport
 from checkpoint_tool.verify.sampling import ConvertedView, LayerPolicy, sample_layers
 from checkpoint_tool.verify.tolerance import tolerance_for
 
@@ -57,6 +58,8 @@ class NumericOptions:
     seed: int = 0
     device: Device = "auto"
     backend: Backend = "triton"
+    #: a layer that cannot run is reported, not failed (``--allow-skipped``)
+    allow_skipped: bool = False
 
 
 def resolve_device(device: Device) -> str:
@@ -101,19 +104,46 @@ def check_numeric(
     prepare_backend(options.backend, device)
     policies = sample_layers(src, dst, options.layers)
     results = [_check_layer(src, dst, p, options, device, tp) for p in policies]
-    statuses = {r.status for r in results}
-    status = "failed" if "failed" in statuses else "passed" if "passed" in statuses else "skipped"
+    engram = (
+        check_engram(src, dst, rows=options.tokens, seed=options.seed)
+        if isinstance(dst, CheckpointView)
+        else []
+    )
+    status, reason = numeric_status([*results, *engram], options.allow_skipped)
     return NumericReport(
         status=status,
-        reason=None if status != "skipped" else "no sampled layer could run (see layers)",
+        reason=reason,
+        ran_layers=[r.layer for r in results if r.status != "skipped"],
+        skipped_layers=[r.layer for r in results if r.status == "skipped"],
+        allow_skipped=options.allow_skipped,
         backend=options.backend,
         device=device,
         tp=tp,
         tokens=options.tokens,
         seed=options.seed,
         layers=results,
+        engram=engram,
         seconds=round(time.monotonic() - t0, 3),
     )
+
+
+def numeric_status(
+    results: Sequence[LayerResult | EngramResult], allow_skipped: bool
+) -> tuple[str, str | None]:
+    """The section's status and reason: a layer that could not run fails it unless allowed."""
+    skipped = [r.layer for r in results if r.status == "skipped"]
+    if any(r.status == "failed" for r in results):
+        return "failed", None
+    if skipped and not allow_skipped:
+        layers = ",".join(map(str, skipped))
+        return "failed", (
+            f"layer(s) {layers} could not run (see their messages); a check that could not run "
+            "is not a pass: pass --allow-skipped to accept it, or --no-numeric"
+        )
+    if len(skipped) == len(results):
+        return "skipped", "no sampled layer could run (see layers; allowed by --allow-skipped)"
+    note = f"layer(s) {','.join(map(str, skipped))} skipped (--allow-skipped)" if skipped else None
+    return "passed", note
 
 
 def bf16_activations(backend: Backend, device: str) -> bool:
@@ -125,6 +155,22 @@ def hidden_states(tokens: int, hidden: int, seed: int, layer: int) -> torch.Tens
     """Seeded float32 ``[tokens, hidden]`` standard normal inputs, distinct per layer."""
     gen = torch.Generator().manual_seed(seed * 1_000_003 + layer)
     return torch.randn(tokens, hidden, generator=gen)
+
+
+def input_ids(tokens: int, router: Router, seed: int, layer: int) -> torch.Tensor | None:
+    """Seeded token ids ``[tokens]`` for a hash-routed layer (uniform over its table's rows)."""
+    if router.hash_table is None:
+        return None
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + layer + 7)
+    return torch.randint(0, router.hash_table.shape[0], (tokens,), generator=gen)
+
+
+def _route(
+    x: torch.Tensor, router: Router, routing: RoutingConfig, tokens: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return route(
+        x, router.weight, routing, router.bias, input_ids=tokens, hash_table=router.hash_table
+    )
 
 
 def _check_layer(
@@ -153,13 +199,17 @@ def _check_layer(
     x = x.to(torch.bfloat16 if bf16 else torch.float32).float()  # the reference sees these
     try:  # the source side: a problem here means the layer cannot be checked
         src_routing, src_router = src.routing(), src.router(layer)
-        ids_s, w_s = route(x, src_router.weight, src_routing, src_router.bias)
+        tokens = input_ids(options.tokens, src_router, options.seed, layer)
+        ids_s, w_s = _route(x, src_router, src_routing, tokens)
     except CkptError as exc:
         result.message = f"source: {exc.message}"
         return _done(result, t0)
     try:
         dst_routing, dst_router = dst.routing(), dst.router(layer)
-        ids_d, w_d = route(x, dst_router.weight, dst_routing, dst_router.bias)
+        if (dst_router.hash_table is None) != (src_router.hash_table is None):
+            side = "converted" if src_router.hash_table is not None else "source"
+            return _failed(result, f"converted: the {side} layer has no hash table (tid2eid)", t0)
+        ids_d, w_d = _route(x, dst_router, dst_routing, tokens)
     except CkptError as exc:
         return _failed(result, f"converted: {exc.message}", t0)
     result.routing_mismatches = int(
@@ -206,7 +256,7 @@ def _check_layer(
 def _reference(
     x: torch.Tensor,
     loaded: LoadedLayer,
-    routing,  # RoutingConfig
+    routing: RoutingConfig,
     ids: torch.Tensor,
     weights: torch.Tensor,
 ) -> torch.Tensor:

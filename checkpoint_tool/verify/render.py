@@ -49,10 +49,14 @@ def lossless_line(r: LosslessReport) -> str:
 def numeric_line(r: NumericReport) -> str:
     if r.status == "skipped" and not r.layers:
         return f"skipped ({r.reason})"
-    return (
+    line = (
         f"{r.backend} on {r.device}, TP {r.tp}, {r.tokens} tokens, seed {r.seed}, "
         f"{len(r.layers)} layer(s); {r.seconds:.1f} s"
     )
+    if r.skipped_layers:
+        ran = ",".join(map(str, r.ran_layers)) or "none"
+        line += f"; ran {ran}, did not run {','.join(map(str, r.skipped_layers))}"
+    return line
 
 
 def render_human(report: VerifyReport, console: Console) -> None:
@@ -105,6 +109,15 @@ def render_human(report: VerifyReport, console: Console) -> None:
         for lr in report.numeric.layers:
             if lr.message:
                 console.print(f"  layer {lr.layer}: {escape(lr.message)}")
+    for er in report.numeric.engram:
+        what = f"{er.rows_checked} row(s) decoded equal" if er.status == "passed" else er.message
+        console.print(
+            f"  engram table layer {er.layer} ({escape(er.tensor)}): {_status(er.status)}"
+            f"{'  ' + escape(what) if what else ''}"
+        )
+    if report.numeric.layers or report.numeric.engram:
+        if report.numeric.reason:
+            console.print(f"  numeric: {escape(report.numeric.reason)}")
         bases = sorted({lr.tolerance_basis for lr in report.numeric.layers if lr.tolerance_basis})
         if bases:
             console.print(f"[dim]tolerance (rel L2 / max rel): {'; '.join(bases)}[/]")

@@ -106,9 +106,29 @@ class LayerResult(BaseModel):
     seconds: float = 0.0
 
 
+class EngramResult(BaseModel):
+    """One DeepSeek-V4.1 engram table: sampled rows of the converted table, as vLLM loads it,
+    against the source's (``verify.engram``)."""
+
+    layer: int
+    #: the converted table's weight, e.g. "model.layers.1.engram.embed_tokens.weight"
+    tensor: str
+    status: Status
+    rows_checked: int = 0
+    max_abs_error: float | None = None
+    message: str | None = None
+
+
 class NumericReport(BaseModel):
+    """The sampled layers; ``ran_layers`` / ``skipped_layers`` say which ran (each result's
+    ``message`` says why one did not). A skipped layer fails the check (``status`` failed)
+    unless ``--allow-skipped`` (``allow_skipped``)."""
+
     status: Status
     reason: str | None = None
+    ran_layers: list[int] = Field(default_factory=list)
+    skipped_layers: list[int] = Field(default_factory=list)
+    allow_skipped: bool = False
     backend: str = ""
     device: str = ""
     tp: int = 1
@@ -116,6 +136,8 @@ class NumericReport(BaseModel):
     seed: int = 0
     layout: str = "hf"
     layers: list[LayerResult] = Field(default_factory=list)
+    #: DeepSeek-V4.1 engram tables (empty for other models)
+    engram: list[EngramResult] = Field(default_factory=list)
     seconds: float = 0.0
 
 
@@ -135,9 +157,19 @@ class VerifyReport(BaseModel):
         return 0 if self.passed else 1
 
 
+#: ``NumericReport.reason`` when the user turned the numeric check off
+NO_NUMERIC = "--no-numeric"
+
+
 def overall(lossless: LosslessReport, numeric: NumericReport) -> bool:
-    """Passed unless a section failed (skipped sections do not fail the run)."""
-    return lossless.status != "failed" and numeric.status != "failed"
+    """Passed unless a section failed. A numeric check that could not run is not a pass: it
+    fails unless the user turned it off (``--no-numeric``) or allowed it (``--allow-skipped``).
+    """
+    if lossless.status == "failed" or numeric.status == "failed":
+        return False
+    if numeric.allow_skipped or numeric.reason == NO_NUMERIC:
+        return True
+    return not numeric.skipped_layers and numeric.status != "skipped"
 
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "schemas" / "verify-report.schema.json"

@@ -29,7 +29,13 @@ from checkpoint_tool.execute.progress import Progress
 from checkpoint_tool.verify.lossless import DEFAULT_BUDGET, DEFAULT_MAX_LISTED, check_lossless
 from checkpoint_tool.verify.numeric import DEFAULT_TOKENS, NumericOptions, check_numeric
 from checkpoint_tool.verify.replan import check_source_identity, rebuild_plan, require_manifest
-from checkpoint_tool.verify.report import LosslessReport, NumericReport, VerifyReport, overall
+from checkpoint_tool.verify.report import (
+    NO_NUMERIC,
+    LosslessReport,
+    NumericReport,
+    VerifyReport,
+    overall,
+)
 
 #: layouts whose converted MoE layers the numeric check can read
 NUMERIC_LAYOUTS = ("hf", "vllm-sharded")
@@ -47,6 +53,8 @@ class VerifyOptions(BaseModel):
     tp: int | None = None
     memory_budget: int = DEFAULT_BUDGET
     max_mismatches: int = DEFAULT_MAX_LISTED
+    #: numeric layers that cannot run (unsupported routing / format) do not fail the run
+    allow_skipped: bool = False
 
 
 def verify_checkpoint(
@@ -113,7 +121,7 @@ def verify_checkpoint(
         numeric = _numeric(dst, src_catalog, manifest, options, layout)
         numeric.layout = layout
     else:
-        numeric = NumericReport(status="skipped", reason="--no-numeric", layout=layout)
+        numeric = NumericReport(status="skipped", reason=NO_NUMERIC, layout=layout)
     return VerifyReport(
         dst=str(dst),
         source=str(source),
@@ -153,6 +161,7 @@ def _numeric(
         seed=options.seed,
         device=options.device,
         backend=options.backend,
+        allow_skipped=options.allow_skipped,
     )
     return check_numeric(src, out, numeric_options, tp=tp)
 

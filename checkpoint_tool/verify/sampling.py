@@ -2,8 +2,10 @@
 
 A layer's *policy* is what the conversion did to it, read from the two checkpoints' headers
 and config (no tensor data): shared experts fused into routed slots or kept separate, expert
-intermediate dim padded or not, and the routed and shared schemes as the converted config
-resolves them. The default sample is the first layer of each distinct policy, in layer order
+intermediate dim padded or not, the routed and shared schemes as the converted config
+resolves them, hash routing (DeepSeek-V4 ``tid2eid`` layers) and the layer's name family
+(DeepSeek-V4's MTP layers keep ``mtp.K.*``, which other rename rules reach; DeepSeek-V3's MTP
+layer is ``model.layers.61`` like the others). The default sample is the first layer of each distinct policy, in layer order
 -- so a hybrid checkpoint (some layers fused, some not, a BF16 shared expert here, block FP8
 there) gets every case checked, and a uniform one costs a single layer.
 
@@ -17,6 +19,7 @@ Example (quark-hybrid at --tp 2)::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
@@ -39,10 +42,22 @@ class LayerPolicy:
     is_mtp: bool
     routed_scheme: str
     shared_scheme: str | None
+    #: DeepSeek-V4 hash-routed layer (experts from ``ffn.gate.tid2eid``)
+    hash_routed: bool = False
+    #: the converted layer's name family, e.g. "model.layers.*.ffn" or "mtp.*.ffn" (DeepSeek-V4
+    #: keeps the drafter's own names: other rename rules reach it)
+    names: str = ""
 
     @property
     def key(self) -> tuple:
-        return (self.fused, self.padded, self.routed_scheme, self.shared_scheme)
+        return (
+            self.fused,
+            self.padded,
+            self.routed_scheme,
+            self.shared_scheme,
+            self.hash_routed,
+            self.names,
+        )
 
     @property
     def label(self) -> str:
@@ -54,6 +69,8 @@ class LayerPolicy:
         parts = [shared, "padded" if self.padded else "not padded", f"{self.routed_scheme} routed"]
         if self.shared_scheme is not None:
             parts.append(f"{self.shared_scheme} shared")
+        if self.hash_routed:
+            parts.append("hash-routed")
         if self.is_mtp:
             parts.append("MTP")
         return ", ".join(parts)
@@ -74,6 +91,8 @@ def layer_policy(src: CheckpointView, dst: ConvertedView, layer: int) -> LayerPo
         is_mtp=lf.is_mtp,
         routed_scheme=routed.short() if routed else "missing",
         shared_scheme=shared.short() if shared else None,
+        hash_routed=src.hash_routed(layer),
+        names=re.sub(r"\.\d+\.", ".*.", f"{lf.prefix}."),
     )
 
 

@@ -126,3 +126,22 @@ def test_help_has_examples(monkeypatch, capsys) -> None:
     code, out, _ = _run(monkeypatch, capsys, "--help")
     assert code == 0
     assert "ckpt verify /out/model --source" in out and "--no-lossless" in out
+
+
+def test_skipped_layer_exits_1_unless_allowed(monkeypatch, capsys, pair, tmp_path) -> None:
+    """A source routing the runtime cannot run: the numeric check did not run, so it is not a
+    pass (exit 1, the layer named); --allow-skipped accepts it (exit 0, still listed)."""
+    src, dst = pair
+    odd = tmp_path / "src"
+    shutil.copytree(src, odd)
+    cfg = json.loads((odd / "config.json").read_text())
+    cfg["scoring_func"] = "sqrtrelu"
+    (odd / "config.json").write_text(json.dumps(cfg))
+    args = (str(dst), "-s", str(odd), "--no-lossless", "--backend", "torch")
+    code, out, _ = _run(monkeypatch, capsys, *args)
+    assert code == 1 and "FAILED" in out
+    assert "did not run 1" in out and "scoring_func 'sqrtrelu'" in out and "--allow-skipped" in out
+    code, out, _ = _run(monkeypatch, capsys, *args, "--allow-skipped", "--format", "json")
+    report = json.loads(out)
+    assert code == 0 and report["passed"] is True
+    assert report["numeric"]["skipped_layers"] == [1] and report["numeric"]["ran_layers"] == []

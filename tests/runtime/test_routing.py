@@ -22,8 +22,10 @@ def brute_force(x, w, bias, cfg: RoutingConfig):
             m = max(row)
             ex = [math.exp(v - m) for v in row]
             scores = [v / sum(ex) for v in ex]
-        else:
+        elif cfg.scoring_func == "sigmoid":
             scores = [1 / (1 + math.exp(-v)) for v in row]
+        else:  # DeepSeek-V4: sqrt(log(1 + e^l))
+            scores = [math.sqrt(math.log1p(math.exp(v))) for v in row]
         choice = list(scores)
         if cfg.topk_method == "noaux_tc":
             choice = [s + float(b) for s, b in zip(scores, bias.tolist(), strict=True)]
@@ -65,6 +67,15 @@ CONFIGS = [
         routed_scaling_factor=2.5,
     ),
     RoutingConfig(top_k=1, scoring_func="sigmoid", topk_method="noaux_tc", norm_topk_prob=True),
+    # DeepSeek-V4 (V4-Flash config.json): sqrtsoftplus, noaux_tc, renormalised, x1.5
+    RoutingConfig(
+        top_k=6,
+        scoring_func="sqrtsoftplus",
+        topk_method="noaux_tc",
+        norm_topk_prob=True,
+        routed_scaling_factor=1.5,
+    ),
+    RoutingConfig(top_k=2, scoring_func="sqrtsoftplus", norm_topk_prob=False),
 ]
 
 
@@ -145,8 +156,82 @@ def test_from_hf_config_families() -> None:
     assert (glm.scoring_func, glm.topk_method) == ("sigmoid", "noaux_tc")
 
 
+def hash_brute_force(x, w, table, tokens, cfg: RoutingConfig):
+    """Per token in float64: experts table[token], weights renormalised sqrt(softplus(l))."""
+    logits = (x.double() @ w.double().t()).tolist()
+    out = []
+    for row, tok in zip(logits, tokens.tolist(), strict=True):
+        chosen = table[tok].tolist()
+        scores = [math.sqrt(math.log1p(math.exp(row[e]))) for e in chosen]
+        total = sum(scores) if cfg.norm_topk_prob else 1.0
+        out.append(
+            [
+                (e, v / total * cfg.routed_scaling_factor)
+                for e, v in zip(chosen, scores, strict=True)
+            ]
+        )
+    return out
+
+
+def test_hash_routing_matches_brute_force() -> None:
+    cfg = RoutingConfig(
+        top_k=6, scoring_func="sqrtsoftplus", norm_topk_prob=True, routed_scaling_factor=1.5
+    )
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(32, 48, generator=gen)
+    w = torch.randn(64, 48, generator=gen).to(torch.bfloat16)
+    table = torch.stack([torch.randperm(64, generator=gen)[:6] for _ in range(100)])
+    tokens = torch.randint(0, 100, (32,), generator=gen)
+    bias = torch.randn(64, generator=gen) * 5  # a hash layer ignores it
+    ids, weights = route(x, w, cfg, bias, input_ids=tokens, hash_table=table)
+    for t, expect in enumerate(hash_brute_force(x, w, table, tokens, cfg)):
+        assert ids[t].tolist() == [e for e, _ in expect], f"token {t}"
+        assert weights[t].tolist() == pytest.approx([v for _, v in expect], rel=1e-5)
+    # the hash choice is not the score top-k: on random data they differ for most tokens
+    topk_ids, _ = route(x, w, cfg.model_copy(update={"topk_method": "noaux_tc"}), bias)
+    assert (topk_ids.sort(1).values != ids.sort(1).values).any(1).sum() > 16
+
+
+def test_hash_routing_errors() -> None:
+    cfg = RoutingConfig(top_k=2, scoring_func="sqrtsoftplus", norm_topk_prob=True)
+    x, w = torch.randn(3, 8), torch.randn(4, 8)
+    table = torch.tensor([[0, 1], [2, 3], [1, -1]])
+    with pytest.raises(InputError, match="needs the tokens' input ids"):
+        route(x, w, cfg, input_ids=None, hash_table=table)
+    with pytest.raises(InputError, match="outside the hash table's 3 rows"):
+        route(x, w, cfg, input_ids=torch.tensor([0, 1, 3]), hash_table=table)
+    with pytest.raises(InputError, match="outside the 4 loaded routed experts"):
+        route(x, w, cfg, input_ids=torch.tensor([0, 1, 2]), hash_table=table)
+    with pytest.raises(InputError, match=r"\[vocab, top_k=2\]"):
+        route(x, w, cfg, input_ids=torch.tensor([0, 1, 2]), hash_table=table[:, :1])
+
+
+def test_from_hf_config_deepseek_v4() -> None:
+    v4 = RoutingConfig.from_hf_config(
+        {
+            "model_type": "deepseek_v4",
+            "num_experts_per_tok": 6,
+            "n_routed_experts": 256,
+            "scoring_func": "sqrtsoftplus",
+            "topk_method": "noaux_tc",
+            "norm_topk_prob": True,
+            "routed_scaling_factor": 1.5,
+        }
+    )
+    assert v4 == RoutingConfig(
+        top_k=6,
+        scoring_func="sqrtsoftplus",
+        topk_method="noaux_tc",
+        norm_topk_prob=True,
+        routed_scaling_factor=1.5,
+    )
+    # vLLM: getattr(config, "scoring_func", "sqrtsoftplus") for DeepSeek-V4
+    bare = RoutingConfig.from_hf_config({"model_type": "deepseek_v4", "num_experts_per_tok": 6})
+    assert (bare.scoring_func, bare.topk_method) == ("sqrtsoftplus", "noaux_tc")
+
+
 def test_from_hf_config_errors() -> None:
-    with pytest.raises(InputError, match="scoring_func 'sqrtsoftplus'"):
-        RoutingConfig.from_hf_config({"num_experts_per_tok": 2, "scoring_func": "sqrtsoftplus"})
+    with pytest.raises(InputError, match="scoring_func 'sqrtrelu'"):
+        RoutingConfig.from_hf_config({"num_experts_per_tok": 2, "scoring_func": "sqrtrelu"})
     with pytest.raises(InputError, match="no top-k field"):
         RoutingConfig.from_hf_config({"hidden_size": 8}, source="dense/config.json")

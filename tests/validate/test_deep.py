@@ -87,7 +87,17 @@ def test_runtime_missing_skips_cleanly(tmp_path: Path, monkeypatch) -> None:
     assert result.status.value == "skipped" and "runtime is not available" in result.skipped_reason
 
 
-def test_model_the_runtime_cannot_route_skips(synth_ckpt) -> None:
-    """DeepSeek-V4's sqrtsoftplus routing is not in the runtime: a limit of ckpt, not a defect."""
-    result = deep_result(synth_ckpt("deepseek-v4"))
+def test_deepseek_v4_runs(synth_ckpt) -> None:
+    """DeepSeek-V4: sqrtsoftplus routing, the hash-routed layer 0 (tid2eid), the swiglu clamp."""
+    result = deep_result(synth_ckpt("deepseek-v4"), ValidateOptions(deep=True, deep_tokens=4))
+    assert result.status.value == "passed", [f.line() for f in result.findings]
+
+
+def test_model_the_runtime_cannot_route_skips(tmp_path: Path) -> None:
+    """A routing function the runtime does not implement: a limit of ckpt, not a defect."""
+
+    def odd_routing(table: dict, config: dict) -> None:
+        config["scoring_func"] = "sqrtrelu"
+
+    result = deep_result(build_checkpoint(tmp_path / "c", mutate=odd_routing))
     assert result.status.value == "skipped" and "cannot route" in result.skipped_reason

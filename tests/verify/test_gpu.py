@@ -30,6 +30,19 @@ def test_gpu_triton_passes(converted, preset: str) -> None:
         assert layer.rel_tolerance == 1e-2 and "bf16 activations" in layer.tolerance_basis
 
 
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_gpu_deepseek_v4(converted, tp: int) -> None:
+    """Hash-routed layer 0, sqrtsoftplus layer 1, MTP layer 4, the engram table."""
+    src, dst = converted("deepseek-v4", tp=tp)
+    report = verify_checkpoint(dst, str(src), GPU)
+    assert report.passed and report.numeric.ran_layers == [0, 1, 4]
+    for layer in report.numeric.layers:
+        print(f"deepseek-v4 TP{tp} layer {layer.layer}: rel {layer.rel_error:.2e}")
+        assert layer.status == "passed", layer.message
+        assert "bf16 activations" in layer.tolerance_basis
+    assert [e.status for e in report.numeric.engram] == ["passed"]
+
+
 def test_gpu_torch_backend_stays_float32(converted) -> None:
     src, dst = converted("quark-hybrid", tp=2)
     report = verify_checkpoint(dst, str(src), GPU.model_copy(update={"backend": "torch"}))

@@ -42,7 +42,9 @@ def build(config: dict[str, Any], names: Collection[str] | None) -> ModelFacts:
     n_mtp = cfg.opt_int("num_nextn_predict_layers", 0)
     top_k = cfg.opt_int("num_experts_per_tok", 0)
     root = choose_root(["layers", "model.layers"], names)
-    mtp_root = "model.mtp" if root == "model.layers" else "mtp"
+    # a converted checkpoint keeps ``mtp.K.*`` under the drafter's own names (deepseek-v4-amd
+    # recipe, rule ``keep: mtp``) next to ``model.layers.*``
+    mtp_root = choose_root(["model.mtp", "mtp"], names) if root == "model.layers" else "mtp"
     expert_dtype = config.get("expert_dtype")
     return moe_model_facts(
         config,

@@ -48,7 +48,9 @@ def _reduce_split_k_kernel(
     stride_ps,
     stride_pr,
     stride_or,
+    swiglu_limit,
     GATED: tl.constexpr,
+    CLAMP: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
@@ -62,6 +64,9 @@ def _reduce_split_k_kernel(
         if GATED:
             acc_u += tl.load(base + s * stride_ps + N, mask=mask, other=0.0)
     if GATED:
+        if CLAMP:
+            acc = tl.minimum(acc, swiglu_limit)
+            acc_u = tl.minimum(tl.maximum(acc_u, -swiglu_limit), swiglu_limit)
         acc = acc / (1.0 + tl.exp(-acc)) * acc_u
     tl.store(out_ptr + row * stride_or + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -81,14 +86,25 @@ def quantize_fp8_groups(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, s
 
 
-def reduce_split_k(part: torch.Tensor, *, gated: bool, out_dtype: torch.dtype) -> torch.Tensor:
-    """``part [S, R, N (x2 if gated)]`` float32 -> ``[R, N]``: fixed-order sum (+ SiLU-and-mul)."""
+def reduce_split_k(
+    part: torch.Tensor,
+    *,
+    gated: bool,
+    out_dtype: torch.dtype,
+    swiglu_limit: float | None = None,
+) -> torch.Tensor:
+    """``part [S, R, N (x2 if gated)]`` float32 -> ``[R, N]``: fixed-order sum (+ SiLU-and-mul,
+    clamped by ``swiglu_limit`` when given)."""
     splits, rows, width = part.shape
     n = width // 2 if gated else width
     if INTERPRETED or part.device.type != "cuda":
         acc = part.sum(dim=0)
         if gated:
-            acc = torch.nn.functional.silu(acc[:, :n]) * acc[:, n:]
+            gate, up = acc[:, :n], acc[:, n:]
+            if swiglu_limit is not None:
+                gate = gate.clamp(max=swiglu_limit)
+                up = up.clamp(min=-swiglu_limit, max=swiglu_limit)
+            acc = torch.nn.functional.silu(gate) * up
         return acc.to(out_dtype)
     out = torch.empty(rows, n, dtype=out_dtype, device=part.device)
     block = 512
@@ -101,7 +117,9 @@ def reduce_split_k(part: torch.Tensor, *, gated: bool, out_dtype: torch.dtype) -
             part.stride(0),
             part.stride(1),
             out.stride(0),
+            float(swiglu_limit or 0.0),
             GATED=gated,
+            CLAMP=swiglu_limit is not None,
             BLOCK=block,
             num_warps=4,
         )

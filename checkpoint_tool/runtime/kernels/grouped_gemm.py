@@ -16,7 +16,9 @@ decoded inside the K loop:
   (odd K) are decoded two codes per 32-bit operation and meet the even and odd activation
   columns (split from one contiguous activation tile) in two dots.
 
-``GATED`` computes gate and up tiles of the same rows and writes ``silu(gate) * up``;
+``GATED`` computes gate and up tiles of the same rows and writes ``silu(gate) * up``
+(``CLAMP``: DeepSeek-V4's ``swiglu_limit`` first, gate ``<= limit``, up in ``[-limit, limit]``,
+as vLLM's ``SiluAndMulWithClamp``);
 ``APPLY_TOPK`` multiplies by the router weight of each row (the down projection's epilogue).
 With ``PARTIAL`` (split-K over ``split_k`` programs) raw partial sums go to a float32 buffer
 ``[split_k, R, N (x2)]`` that the launcher reduces in a fixed order (deterministic; no atomics).
@@ -140,9 +142,11 @@ def _moe_gemm_py(
     stride_os,
     stride_om,
     stride_on,
+    swiglu_limit,
     ROW_DIV: tl.constexpr,
     FMT: tl.constexpr,
     GATED: tl.constexpr,
+    CLAMP: tl.constexpr,
     APPLY_TOPK: tl.constexpr,
     HAS_GLOBAL: tl.constexpr,
     SBN: tl.constexpr,
@@ -316,6 +320,9 @@ def _moe_gemm_py(
             tl.store(out_base + N * stride_on + out_off, acc_u, mask=out_mask)
     else:
         if GATED:
+            if CLAMP:
+                acc_g = tl.minimum(acc_g, swiglu_limit)
+                acc_u = tl.minimum(tl.maximum(acc_u, -swiglu_limit), swiglu_limit)
             acc_g = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
         tl.store(out_ptr + out_off, acc_g.to(out_ptr.dtype.element_ty), mask=out_mask)
 

@@ -40,15 +40,20 @@ def gate_up_silu(
     cfg: GemmConfig,
     *,
     out_dtype: torch.dtype,
+    swiglu_limit: float | None = None,
 ) -> torch.Tensor:
-    """``silu(gate) * up`` for every aligned row; ``a`` is per token (``[T, H]``)."""
+    """``silu(gate) * up`` for every aligned row; ``a`` is per token (``[T, H]``).
+
+    ``swiglu_limit`` (DeepSeek-V4) clamps gate to ``<= limit`` and up to ``[-limit, limit]``
+    first (vLLM ``model_executor/layers/activation.py`` ``SiluAndMulWithClamp``).
+    """
     rows, inter = aligned.num_rows, gate.n
     if cfg.split_k > 1:
         part = torch.empty(cfg.split_k, rows, 2 * inter, dtype=torch.float32, device=a.device)
         _launch(a, a_scale, gate, up, part, None, aligned, aligned.top_k, cfg)
-        return reduce_split_k(part, gated=True, out_dtype=out_dtype)
+        return reduce_split_k(part, gated=True, out_dtype=out_dtype, swiglu_limit=swiglu_limit)
     out = torch.empty(rows, inter, dtype=out_dtype, device=a.device)
-    _launch(a, a_scale, gate, up, out, None, aligned, aligned.top_k, cfg)
+    _launch(a, a_scale, gate, up, out, None, aligned, aligned.top_k, cfg, swiglu_limit)
     return out
 
 
@@ -113,6 +118,7 @@ def _launch(
     aligned: AlignedRows,
     row_div: int,
     cfg: GemmConfig,
+    swiglu_limit: float | None = None,
 ) -> None:
     interpret = INTERPRETED
     if interpret != (a.device.type == "cpu"):
@@ -171,9 +177,11 @@ def _launch(
         split,
         out_2d.stride(0),
         out_2d.stride(1),
+        float(swiglu_limit or 0.0),
         ROW_DIV=row_div,
         FMT=int(fmt),
         GATED=gated,
+        CLAMP=swiglu_limit is not None,
         APPLY_TOPK=row_weights is not None,
         HAS_GLOBAL=w.global_scale is not None,
         SBN=w.scale_block[0],
