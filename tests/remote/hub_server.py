@@ -5,6 +5,9 @@ Endpoints (as huggingface_hub 2.x calls them, see ``hf_api.HfApi.model_info`` an
 
 - ``GET /api/models/{repo}/revision/{rev}[?blobs=true]``: ``sha`` (the commit), ``siblings``
   with ``rfilename``, ``size``, ``blobId`` and, for ``*.safetensors`` (LFS), ``lfs.sha256``;
+- ``GET /api/models/{repo}/tree/{rev}?recursive=true`` (``snapshot_download``) and
+  ``POST /api/models/{repo}/paths-info/{rev}`` (``get_paths_info``): entries with ``oid``,
+  ``size``, ``lfs.oid``;
 - ``HEAD|GET /{repo}/resolve/{rev}/{path}``: ``X-Repo-Commit``, ``ETag`` (the LFS sha256, or
   the git blob sha1 of a small file), ``X-Linked-Etag`` / ``X-Linked-Size`` for LFS files,
   ``Accept-Ranges``; ``Range: bytes=a-b`` answers 206 with ``Content-Range``.
@@ -13,7 +16,7 @@ Repos are folders on disk (sparse files are fine: ranges are read with ``pread``
 ``hash_lfs=False`` (full-size sparse layouts) LFS ids are size/mtime digests instead of sha256.
 Faults (``Fault``) apply to ranged and whole GETs of matching files: an HTTP status, a connection
 reset after some body bytes (``drop``), a clean close after some bytes (``short``), a delay
-before the answer (``slow``). ``replace`` swaps a file's bytes under the same commit (its ETag
+before the answer (``slow``), new bytes from then on (``swap``). ``replace`` swaps a file's bytes under the same commit (its ETag
 changes), as a misbehaving mirror would. ``bytes_sent`` counts body bytes.
 
 Example::
@@ -48,6 +51,8 @@ class Fault:
     status: int = 500
     after: int = 0  # body bytes sent before a drop / short close
     delay: float = 0.0
+    skip: int = 0  # matching requests let through before the fault applies
+    swap_to: Path | None = None  # kind "swap": serve this file from now on (its ETag changes)
 
 
 @dataclass
@@ -61,6 +66,8 @@ class HubRepo:
         self.folder = Path(self.folder)
         self.branches = {b: (c or self.commit) for b, c in self.branches.items()}
         self.overrides: dict[str, Path] = {}
+        #: file -> sha256 the API lists instead of the real one (a corrupt mirror)
+        self.lfs_lies: dict[str, str] = {}
         self._ids: dict[str, tuple[str, bool]] = {}
 
     def path(self, rel: str) -> Path:
@@ -101,6 +108,8 @@ class HubServer:
         self.faults: list[Fault] = []
         self.bytes_sent = 0
         self.requests: list[str] = []
+        self.auth: list[str | None] = []  # the Authorization header of each request
+        self.token: str | None = None  # when set, requests without it get 401
         self._lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"hub": self})
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -124,6 +133,9 @@ class HubServer:
         with self._lock:
             for f in self.faults:
                 if f.times > 0 and f.match in rel:
+                    if f.skip > 0:
+                        f.skip -= 1
+                        return None
                     f.times -= 1
                     return f
         return None
@@ -134,12 +146,14 @@ class HubServer:
 
 
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
+_TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/(?P<kind>tree|paths-info)/(?P<rev>[^/]+)")
 _INFO = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)(?:/revision/(?P<rev>[^/]+))?$")
 
 
 class _Handler(BaseHTTPRequestHandler):
     hub: HubServer
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms stalls
 
     def log_message(self, *args: object) -> None:  # quiet
         pass
@@ -154,6 +168,16 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlparse(self.path)
         path = unquote(url.path)
         self.hub.requests.append(f"{self.command} {path}")
+        self.hub.auth.append(self.headers.get("Authorization"))
+        if self.hub.token is not None and self.headers.get("Authorization") != (
+            f"Bearer {self.hub.token}"
+        ):
+            self._json(401, {"error": "Invalid credentials"}, {"X-Error-Code": "RepoNotFound"})
+            return
+        m = _TREE.match(path)
+        if m:
+            self._tree(m["repo"], unquote(m["rev"]), m["kind"], None)
+            return
         m = _INFO.match(path)
         if m:
             self._info(m["repo"], unquote(m["rev"] or "main"), parse_qs(url.query))
@@ -163,6 +187,40 @@ class _Handler(BaseHTTPRequestHandler):
             self._resolve(m["repo"], unquote(m["rev"]), m["path"], body)
             return
         self._json(404, {"error": "not found"}, {"X-Error-Code": "EntryNotFound"})
+
+    def do_POST(self) -> None:  # paths-info: form or JSON body with "paths"
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n).decode()
+        try:
+            paths = json.loads(raw)["paths"]
+        except (ValueError, KeyError, TypeError):
+            paths = parse_qs(raw).get("paths", [])
+        m = _TREE.match(unquote(urlparse(self.path).path))
+        if not m:
+            self._json(404, {"error": "not found"})
+            return
+        self._tree(m["repo"], unquote(m["rev"]), m["kind"], list(paths))
+
+    def _entry(self, repo: HubRepo, rel: str) -> dict[str, object]:
+        etag, lfs = repo.content_id(rel)
+        size = repo.path(rel).stat().st_size
+        doc: dict[str, object] = {"type": "file", "path": rel, "size": size}
+        doc["oid"] = hashlib.sha1(etag.encode()).hexdigest() if lfs else etag
+        if lfs:
+            sha = repo.lfs_lies.get(rel, etag)
+            doc["lfs"] = {"oid": sha, "size": size, "pointerSize": 134}
+        return doc
+
+    def _tree(self, repo_id: str, rev: str, kind: str, paths: list[str] | None) -> None:
+        """``/tree/{rev}?recursive=true`` (snapshot_download) and ``/paths-info/{rev}``."""
+        repo = self.hub.repos.get(repo_id)
+        if repo is None or self._commit(repo, rev) is None:
+            self._json(404, {"error": "not found"}, {"X-Error-Code": "RevisionNotFound"})
+            return
+        names = repo.names() if paths is None else [p for p in paths if repo.path(p).is_file()]
+        dirs = sorted({n.rsplit("/", 1)[0] for n in names if "/" in n})
+        entries = [{"type": "directory", "path": d, "oid": "0" * 40, "size": 0} for d in dirs]
+        self._json(200, entries + [self._entry(repo, n) for n in names])
 
     def _commit(self, repo: HubRepo, rev: str) -> str | None:
         if rev == repo.commit or rev in repo.branches.values():
@@ -194,12 +252,11 @@ class _Handler(BaseHTTPRequestHandler):
         for rel in repo.names():
             sib: dict[str, object] = {"rfilename": rel}
             if blobs:
-                etag, lfs = repo.content_id(rel)
-                size = repo.path(rel).stat().st_size
-                sib["size"] = size
-                sib["blobId"] = hashlib.sha1(etag.encode()).hexdigest() if lfs else etag
-                if lfs:
-                    sib["lfs"] = {"sha256": etag, "size": size, "pointerSize": 134}
+                e = self._entry(repo, rel)
+                sib["size"], sib["blobId"] = e["size"], e["oid"]
+                if "lfs" in e:
+                    lfs = dict(e["lfs"])  # type: ignore[call-overload]
+                    sib["lfs"] = {"sha256": lfs["oid"], "size": lfs["size"], "pointerSize": 134}
             siblings.append(sib)
         self._json(
             200,
@@ -227,6 +284,9 @@ class _Handler(BaseHTTPRequestHandler):
             code = "RepoNotFound" if repo is None else "EntryNotFound"
             self._json(404, {"error": f"{rel} not found"}, {"X-Error-Code": code})
             return
+        fault = self.hub.take_fault(rel) if body else None
+        if fault is not None and fault.kind == "swap" and fault.swap_to is not None:
+            repo.overrides[rel] = fault.swap_to
         path = repo.path(rel)
         size = path.stat().st_size
         etag, lfs = repo.content_id(rel)
@@ -238,7 +298,6 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(416, {"error": "range"}, {"Content-Range": f"bytes */{size}"})
                 return
             start, end, status = int(m[1]), min(size, int(m[2] or size - 1) + 1), 206
-        fault = self.hub.take_fault(rel) if body else None
         if fault is not None and fault.kind == "slow":
             time.sleep(fault.delay)
         if fault is not None and fault.kind == "status":

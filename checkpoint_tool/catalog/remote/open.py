@@ -116,14 +116,16 @@ def _open_cached(repo: str, revision: str | None, cache: Path) -> Catalog:
 
 
 def _fetch_small(store: Store, root: Path, rel: str) -> int:
-    """One small file into ``root``; bytes transferred (0 when already there)."""
+    """One small file into ``root``; bytes transferred that the store did not count itself
+    (``hf_hub_download`` bypasses it; 0 when the file was already there)."""
     download = store.download  # type: ignore[attr-defined]
     if store.source.startswith("hf://"):
         return download(rel)[1]
     dest = root / rel
     if dest.is_file() and dest.stat().st_size == store.files[rel].size:
         return 0
-    return download(rel, dest)
+    download(rel, dest)  # through store.read: counted there
+    return 0
 
 
 def _open_store(store: Store, root: Path, headers_only: bool) -> Catalog:
@@ -132,7 +134,7 @@ def _open_store(store: Store, root: Path, headers_only: bool) -> Catalog:
     if not headers_only:
         wanted += store.side_files(set(SMALL_FILES))
     for rel in wanted:
-        _fetch_small(store, root, rel)
+        store.count(_fetch_small(store, root, rel))
     root.mkdir(parents=True, exist_ok=True)
     index = _read_json_if_present(root / INDEX_NAME) if INDEX_NAME in store.files else None
     if index is not None:

@@ -102,14 +102,13 @@ class S3Store(Store):
 
         return _run(self.fs, head(), self.where(rel))
 
-    def download(self, rel: str, dest: Any) -> int:
-        """A small object into ``dest`` (a local path), atomically; bytes transferred."""
+    def download(self, rel: str, dest: Any) -> None:
+        """A small object into ``dest`` (a local path), atomically."""
         data = self.read(rel, 0, self.files[rel].size)
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(dest.name + ".ckpt-partial")
         tmp.write_bytes(data)
         tmp.replace(dest)
-        return len(data)
 
 
 async def _list(fs: Any, bucket: str, prefix: str) -> dict[str, RemoteFile]:
