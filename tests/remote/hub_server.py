@@ -335,7 +335,11 @@ class _Handler(BaseHTTPRequestHandler):
                 block = os.pread(fd, min(4 << 20, n - pos), start + pos)
                 if not block:
                     break
-                self.wfile.write(block)
+                try:
+                    self.wfile.write(block)
+                except OSError:  # the client gave up (a timeout): nothing more to send
+                    self.close_connection = True
+                    return
                 self.hub.sent(len(block))
                 pos += len(block)
         finally:
