@@ -52,7 +52,7 @@ class S3Store(Store):
         super().__init__(files)
         self.fs, self.bucket, self.prefix = fs, bucket, prefix
         self.source = f"s3://{bucket}/{prefix}".rstrip("/")
-        lines = "".join(f"{f.name}\t{f.size}\t{f.etag}\n" for f in sorted(files.values()))
+        lines = "".join(f"{f.name}\t{f.size}\t{f.etag}\n" for _, f in sorted(files.items()))
         self.revision = "etags-sha256:" + hashlib.sha256(lines.encode()).hexdigest()[:16]
 
     @classmethod
