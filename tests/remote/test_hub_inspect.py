@@ -99,3 +99,37 @@ def test_token_is_sent_never_printed(hub, ckpt, monkeypatch):
     assert code == 0, err
     assert hub.token not in out + err
     assert hub.auth[-1] == f"Bearer {hub.token}"
+
+
+def test_validate_remote_reads_headers_and_scales_through_the_server(hub, ckpt, tiny):
+    code_r, out, err = ckpt("validate", f"hf://{REPO}@main", "--format", "json")
+    code_l, local, _ = ckpt("validate", str(tiny), "--format", "json")
+    assert code_r == code_l, err
+
+    def checks(doc: str) -> dict[str, str]:
+        return {c["id"]: c["status"] for c in json.loads(doc)["checks"]}
+
+    remote, ref = checks(out), checks(local)
+    assert {k: v for k, v in remote.items() if k != "checksums"} == {
+        k: v for k, v in ref.items() if k != "checksums"
+    }
+    data = sum(p.stat().st_size for p in tiny.glob("*.safetensors"))
+    assert hub.bytes_sent < data / 2  # headers and scales, not the weights
+
+
+def test_validate_remote_finds_a_bad_scale_on_the_server(hub, ckpt, tiny, tmp_path):
+    import shutil
+
+    from checkpoint_tool.catalog import open_local
+
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny, bad)
+    cat = open_local(bad)
+    entry = next(e for n, e in sorted(cat.tensors.items()) if n.endswith("weight_scale_inv"))
+    with open(bad / entry.file, "r+b") as fh:  # a NaN scale (F32 0x7fc00000)
+        fh.seek(entry.begin)
+        fh.write(bytes.fromhex("0000c07f"))
+    hub.repos[REPO].folder = bad
+    code, out, err = ckpt("validate", f"hf://{REPO}@main", "--format", "json")
+    assert code == 1, err
+    assert entry.name in out

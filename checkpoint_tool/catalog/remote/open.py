@@ -71,18 +71,40 @@ def open_remote(source: str, *, headers_only: bool = True) -> Catalog | None:
     ref = parse_remote(source)
     if ref is None:
         return None
+    if ref[0] == "hf":
+        from checkpoint_tool.catalog.remote.hub import cache_dir, offline
+
+        if offline():
+            return _open_cached(ref[1], ref[2], cache_dir())
+    opened = open_store(source)
+    assert opened is not None
+    return _open_store(*opened, headers_only)
+
+
+def open_store(source: str) -> tuple[Store, Path] | None:
+    """``(store, local folder for its small files)``, or None for a local path.
+
+    With ``HF_HUB_OFFLINE`` set a hub source is an ``InputError`` here (no listing without the
+    network); ``open_remote`` reads the cached snapshot instead.
+    """
+    ref = parse_remote(source)
+    if ref is None:
+        return None
     if ref[0] == "s3":
         from checkpoint_tool.catalog.remote.s3 import S3Store
 
         store: Store = S3Store.open(ref[1], ref[2] or "")
-        return _open_store(store, _s3_root(store), headers_only)
+        return store, _s3_root(store)
     from checkpoint_tool.catalog.remote.hub import HubStore, cache_dir, offline
 
     if offline():
-        return _open_cached(ref[1], ref[2], cache_dir())
+        raise InputError(
+            f"{source}: HF_HUB_OFFLINE is set; validate the cached snapshot folder instead, "
+            "or unset HF_HUB_OFFLINE"
+        )
     store = HubStore.open(ref[1], ref[2])
     root = cache_dir() / f"models--{ref[1].replace('/', '--')}" / "snapshots" / store.revision
-    return _open_store(store, root, headers_only)
+    return store, root
 
 
 def _s3_root(store: Store) -> Path:
@@ -115,7 +137,7 @@ def _open_cached(repo: str, revision: str | None, cache: Path) -> Catalog:
     return cat
 
 
-def _fetch_small(store: Store, root: Path, rel: str) -> int:
+def fetch_small(store: Store, root: Path, rel: str) -> int:
     """One small file into ``root``; bytes transferred that the store did not count itself
     (``hf_hub_download`` bypasses it; 0 when the file was already there)."""
     download = store.download  # type: ignore[attr-defined]
@@ -134,7 +156,7 @@ def _open_store(store: Store, root: Path, headers_only: bool) -> Catalog:
     if not headers_only:
         wanted += store.side_files(set(SMALL_FILES))
     for rel in wanted:
-        store.count(_fetch_small(store, root, rel))
+        store.count(fetch_small(store, root, rel))
     root.mkdir(parents=True, exist_ok=True)
     index = _read_json_if_present(root / INDEX_NAME) if INDEX_NAME in store.files else None
     if index is not None:
