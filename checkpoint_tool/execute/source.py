@@ -27,6 +27,7 @@ import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.catalog.safetensors_format import read_header
@@ -198,6 +199,18 @@ class RangeReader:
         self.sources = sources
         self._buf = GrowingBuffer(capacity)
         self.bytes_read = 0
+        self._prefetch: Any = None
+
+    def expect(self, nodes: list[Any]) -> None:
+        """The nodes the next output file streams, in order: a remote source prefetches
+        their byte ranges (``execute.prefetch``); a local one ignores the hint."""
+        if self.sources.store is None:
+            return
+        from checkpoint_tool.execute.prefetch import Prefetch, footprints
+
+        if self._prefetch is not None:
+            self._prefetch.close()
+        self._prefetch = Prefetch(self.sources.store, footprints(nodes))
 
     @property
     def capacity(self) -> int:
@@ -212,7 +225,9 @@ class RangeReader:
     def read_into(self, rel: str, offset: int, view: memoryview) -> None:
         """Fill ``view`` with the bytes of shard ``rel`` starting at ``offset``."""
         if self.sources.store is not None:
-            self.sources.store.read_into(rel, offset, view)
+            pf = self._prefetch
+            if pf is None or not pf.read_into(rel, offset, view):
+                self.sources.store.read_into(rel, offset, view)
             self.bytes_read += len(view)
             return
         fd, got, nbytes = self.sources.fd(rel), 0, len(view)

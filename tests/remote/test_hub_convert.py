@@ -121,3 +121,19 @@ def test_hash_source_checks_the_lfs_sha256(hub, ckpt, tmp_path, tiny):
     hub.repos[REPO].lfs_lies[SHARD] = "0" * 64
     code, err = _convert(ckpt, tmp_path / "again", "--hash-source")
     assert code == 2 and "LFS" in err and SHARD in err, err
+
+
+def test_plan_driven_prefetch_reads_each_byte_once_in_few_requests(hub, ckpt, tmp_path, tiny):
+    from checkpoint_tool.catalog import open_local
+
+    dst = tmp_path / "remote"
+    code, err = _convert(ckpt, dst)
+    assert code == 0, err
+    shards = sorted(tiny.glob("*.safetensors"))
+    gets = [r for r in hub.requests if r.startswith("GET") and r.endswith(".safetensors")]
+    tensors = len(open_local(tiny).tensors)
+    data = sum(p.stat().st_size for p in shards)
+    assert len(gets) < tensors / 10  # a header read and a few segments per shard, not per tensor
+    assert hub.bytes_sent <= data * 1.01 + sum(
+        (tiny / n).stat().st_size for n in ("config.json", "model.safetensors.index.json")
+    ) + (64 << 10) * len(shards)
