@@ -133,3 +133,18 @@ def test_validate_remote_finds_a_bad_scale_on_the_server(hub, ckpt, tiny, tmp_pa
     code, out, err = ckpt("validate", f"hf://{REPO}@main", "--format", "json")
     assert code == 1, err
     assert entry.name in out
+
+
+def test_tensor_reads_one_tensor_by_range(hub, ckpt, tiny):
+    from checkpoint_tool.catalog import open_local
+
+    cat = open_local(tiny)
+    name = next(n for n in sorted(cat.tensors) if n.endswith("experts.1.down_proj.weight"))
+    code_r, out, err = ckpt("tensor", f"hf://{REPO}", name, "--format", "json")
+    code_l, local, _ = ckpt("tensor", str(tiny), name, "--format", "json")
+    assert code_r == code_l == 0, err
+    r, loc = json.loads(out), json.loads(local)
+    r.pop("source", None), loc.pop("source", None)
+    assert r == loc  # the same stats of the dequantized values
+    entry = cat.tensors[name]
+    assert hub.bytes_sent < 2 * (64 << 10) * len(cat.files) + entry.nbytes * 3 + (1 << 20)
