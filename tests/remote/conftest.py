@@ -71,6 +71,25 @@ def ckpt(monkeypatch, capsys) -> Callable[..., tuple[int, str, str]]:
     return run
 
 
+_REFERENCES: dict[tuple[str, ...], Path] = {}
+
+
+@pytest.fixture
+def reference(tiny, ckpt, tmp_path_factory) -> Callable[..., Path]:
+    """``reference(*convert options)``: DST of converting the local ``tiny`` folder with those
+    options, once per session (the expected output of every remote conversion)."""
+
+    def make(*options: str) -> Path:
+        if options not in _REFERENCES:
+            dst = tmp_path_factory.mktemp("reference") / "out"
+            code, _, err = ckpt("convert", str(tiny), str(dst), *options)
+            assert code == 0, err
+            _REFERENCES[options] = dst
+        return _REFERENCES[options]
+
+    return make
+
+
 def tree(root: Path, suffixes: tuple[str, ...] = ()) -> dict[str, bytes]:
     """Every file under ``root`` (or those ending in ``suffixes``) by relative name."""
     return {

@@ -100,6 +100,11 @@ class HubRepo:
         return self._ids[key]
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that hangs up (a timeout, an abandoned prefetch) is not a server fault
+
+
 class HubServer:
     """A ``ThreadingHTTPServer`` on 127.0.0.1 in a daemon thread (a context manager)."""
 
@@ -112,10 +117,12 @@ class HubServer:
         self.token: str | None = None  # when set, requests without it get 401
         self._lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"hub": self})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = _QuietServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     def __enter__(self) -> HubServer:
         self._thread.start()

@@ -56,7 +56,9 @@ class S3Server:
             "127.0.0.1", 0, self._app, threaded=True, request_handler=MotoRequestHandler
         )
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     def __enter__(self) -> S3Server:
         self._thread.start()

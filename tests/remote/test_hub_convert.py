@@ -16,12 +16,9 @@ SHARD = "model-00002-of-000006.safetensors"
 
 
 @pytest.fixture
-def local_out(tiny, tmp_path, ckpt):
+def local_out(reference):
     """The same conversion from the local folder (the reference)."""
-    dst = tmp_path / "local"
-    code, _, err = ckpt("convert", str(tiny), str(dst), "--tp", "2")
-    assert code == 0, err
-    return dst
+    return reference("--tp", "2")
 
 
 def _convert(ckpt, dst, *extra: str) -> tuple[int, str]:
@@ -69,7 +66,7 @@ def test_transient_faults_are_retried(hub, ckpt, tmp_path, local_out, monkeypatc
 
 
 def test_persistent_failure_is_one_line_then_resume_finishes(
-    hub, ckpt, tmp_path, local_out, monkeypatch
+    hub, ckpt, tmp_path, reference, monkeypatch
 ):
     monkeypatch.setenv("CKPT_REMOTE_RETRIES", "2")
     hub.faults.append(Fault("status", SHARD, times=10**6, status=500, skip=1))
@@ -82,11 +79,7 @@ def test_persistent_failure_is_one_line_then_resume_finishes(
     hub.faults.clear()
     code, err = _convert(ckpt, dst, "--max-shard-size", "2MB", "--resume")
     assert code == 0, err
-    ref = tmp_path / "local-split"
-    code, _, err = ckpt(
-        "convert", str(hub.repos[REPO].folder), str(ref), "--tp", "2", "--max-shard-size", "2MB"
-    )
-    assert code == 0, err
+    ref = reference("--tp", "2", "--max-shard-size", "2MB")
     assert tree(dst, WEIGHTS) == tree(ref, WEIGHTS)
     assert done < set(tree(dst, (".safetensors",)))  # some files were kept from the first run
 

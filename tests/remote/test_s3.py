@@ -79,11 +79,10 @@ def test_convert_is_byte_identical_and_names_bucket_prefix_etags(bucket, ckpt, t
     ],
     ids=["503-slowdown", "500", "short-body", "slow"],
 )
-def test_transient_faults_are_retried(s3, bucket, ckpt, tmp_path, tiny, monkeypatch, fault):
+def test_transient_faults_are_retried(s3, bucket, ckpt, tmp_path, reference, monkeypatch, fault):
     monkeypatch.setenv("CKPT_REMOTE_TIMEOUT", "0.5")
     name, _ = bucket
-    ref, dst = tmp_path / "local", tmp_path / "s3"
-    assert ckpt("convert", str(tiny), str(ref), "--tp", "2")[0] == 0
+    ref, dst = reference("--tp", "2"), tmp_path / "s3"
     s3.faults.append(fault)
     code, _, err = ckpt("convert", f"s3://{name}/models/tiny", str(dst), "--tp", "2")
     assert code == 0, err

@@ -145,13 +145,24 @@ class HubStore(Store):
             raise Transient(f"short body ({got} of {n} bytes)")
 
     def _stat_now(self, rel: str) -> RemoteFile:
-        info = _model_info(self.repo_id, self.revision)
-        for s in info.siblings or []:
-            if s.rfilename == rel:
-                lfs = getattr(s, "lfs", None)
-                sha = getattr(lfs, "sha256", None) if lfs is not None else None
-                return RemoteFile(rel, int(s.size or 0), sha or s.blob_id, sha)
-        raise InputError(f"{self.where(rel)}: no longer on the server")
+        """``HEAD`` of the resolve URL (not followed): ``X-Linked-Etag`` / ``X-Linked-Size``
+        for LFS files, ``ETag`` / ``Content-Length`` otherwise, as ``get_hf_file_metadata``."""
+        where = self.where(rel)
+        try:
+            r = self._session.head(
+                self.url(rel), headers=self._headers, timeout=timeout_s(), follow_redirects=False
+            )
+        except _httpx().TransportError as exc:
+            raise Transient(f"{type(exc).__name__} ({_first_line(exc)})") from None
+        if not r.is_redirect:
+            fault = status_fault(r.status_code, where)
+            if fault is not None:
+                raise fault
+        h = r.headers
+        etag = (h.get("x-linked-etag") or h.get("etag") or "").removeprefix("W/").strip('"')
+        size = h.get("x-linked-size") or h.get("content-length") or "-1"
+        listed = self.files[rel]
+        return RemoteFile(rel, int(size), etag or listed.etag, listed.sha256)
 
     def download(self, rel: str) -> tuple[Path, int]:
         """A small file into the hub cache at the commit: ``(path, bytes transferred)``."""

@@ -176,8 +176,10 @@ class Store:
         """Raise ``InputError`` if ``rel`` on the server is no longer what was listed."""
         listed = self.file(rel)
         now = with_retries(lambda: self._stat_now(rel), self.where(rel))
-        if (now.size, now.etag) != (listed.size, listed.etag):
-            raise self.changed(rel, listed.etag, now.etag)
+        with self._lock:
+            seen = self._pinned.get(rel, listed.etag)  # what the reads carried, else the listing
+        if (now.size, now.etag) != (listed.size, seen):
+            raise self.changed(rel, seen, now.etag)
 
     def close(self) -> None:
         pool, self._pool = self._pool, None
