@@ -148,3 +148,15 @@ def test_tensor_reads_one_tensor_by_range(hub, ckpt, tiny):
     assert r == loc  # the same stats of the dequantized values
     entry = cat.tensors[name]
     assert hub.bytes_sent < 2 * (64 << 10) * len(cat.files) + entry.nbytes * 3 + (1 << 20)
+
+
+def test_an_index_naming_a_missing_shard_is_one_line(hub, ckpt, tiny, tmp_path):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(tiny, broken)
+    (broken / "model-00003-of-000006.safetensors").unlink()
+    hub.repos[REPO].folder = broken
+    code, _, err = ckpt("inspect", f"hf://{REPO}")
+    assert code == 2 and "model-00003-of-000006.safetensors" in err and "missing" in err, err
+    assert f"hf://{REPO}@{COMMIT}" in err and len(err.strip().splitlines()) == 1
