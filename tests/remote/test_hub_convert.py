@@ -130,3 +130,37 @@ def test_plan_driven_prefetch_reads_each_byte_once_in_few_requests(hub, ckpt, tm
     assert hub.bytes_sent <= data * 1.01 + sum(
         (tiny / n).stat().st_size for n in ("config.json", "model.safetensors.index.json")
     ) + (64 << 10) * len(shards)
+
+
+def test_verify_against_the_remote_source(hub, ckpt, tmp_path):
+    dst = tmp_path / "remote"
+    code, err = _convert(ckpt, dst)
+    assert code == 0, err
+    code, out, err = ckpt("verify", str(dst), "--source", f"hf://{REPO}@main", "--format", "json")
+    assert code == 0, err + out
+    # a byte of the output changed: the lossless check against the remote source must see it
+    shard = sorted(dst.glob("*.safetensors"))[0]
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    code, out, err = ckpt("verify", str(dst), "--source", f"hf://{REPO}@main", "--format", "json")
+    assert code == 1, err + out
+
+
+def test_a_read_after_the_file_was_swapped_raises_at_once(hub, tiny, tmp_path):
+    import shutil
+
+    from checkpoint_tool.catalog.remote.hub import HubStore
+    from checkpoint_tool.errors import InputError
+
+    store = HubStore.open(REPO, "main")
+    first = store.read(SHARD, 0, 1024)
+    assert first == (tiny / SHARD).read_bytes()[:1024]
+    changed = tmp_path / "changed.safetensors"
+    shutil.copyfile(tiny / SHARD, changed)
+    with open(changed, "r+b") as fh:
+        fh.seek(-1, 2)
+        fh.write(b"\x07")
+    hub.replace(REPO, SHARD, changed)
+    with pytest.raises(InputError, match="changed on the server while ckpt read it"):
+        store.read(SHARD, 0, 1024)  # the same bytes, but no longer the same file
