@@ -8,9 +8,11 @@ Endpoints (as huggingface_hub 2.x calls them, see ``hf_api.HfApi.model_info`` an
 - ``GET /api/models/{repo}/tree/{rev}?recursive=true`` (``snapshot_download``) and
   ``POST /api/models/{repo}/paths-info/{rev}`` (``get_paths_info``): entries with ``oid``,
   ``size``, ``lfs.oid``;
-- ``HEAD|GET /{repo}/resolve/{rev}/{path}``: ``X-Repo-Commit``, ``ETag`` (the LFS sha256, or
-  the git blob sha1 of a small file), ``X-Linked-Etag`` / ``X-Linked-Size`` for LFS files,
-  ``Accept-Ranges``; ``Range: bytes=a-b`` answers 206 with ``Content-Range``.
+- ``HEAD|GET /{repo}/resolve/{rev}/{path}``: a small file is served with ``X-Repo-Commit``,
+  ``ETag`` (its git blob sha1), ``Accept-Ranges``; an LFS file (``*.safetensors``) answers 302
+  to ``/lfs-cdn/{repo}/{commit}/{path}`` (the storage URL, no token needed) with
+  ``X-Linked-Etag`` (the sha256) and ``X-Linked-Size``, as huggingface.co does. ``Range:
+  bytes=a-b`` answers 206 with ``Content-Range``; faults apply where the bytes are served.
 
 Repos are folders on disk (sparse files are fine: ranges are read with ``pread``). With
 ``hash_lfs=False`` (full-size sparse layouts) LFS ids are size/mtime digests instead of sha256.
@@ -115,6 +117,8 @@ class HubServer:
         self.requests: list[str] = []
         self.auth: list[str | None] = []  # the Authorization header of each request
         self.token: str | None = None  # when set, requests without it get 401
+        #: LFS files answer 302 to ``/lfs-cdn/...`` (the storage URL), as huggingface.co does
+        self.redirect_lfs = True
         self._lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"hub": self})
         self.httpd = _QuietServer(("127.0.0.1", 0), handler)
@@ -153,6 +157,7 @@ class HubServer:
 
 
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
+_CDN = re.compile(r"^/lfs-cdn/(?P<repo>[^/]+/[^/]+)/(?P<rev>[0-9a-f]{40})/(?P<path>.+)$")
 _TREE = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)/(?P<kind>tree|paths-info)/(?P<rev>[^/]+)")
 _INFO = re.compile(r"^/api/models/(?P<repo>[^/]+/[^/]+)(?:/revision/(?P<rev>[^/]+))?$")
 
@@ -176,6 +181,10 @@ class _Handler(BaseHTTPRequestHandler):
         path = unquote(url.path)
         self.hub.requests.append(f"{self.command} {path}")
         self.hub.auth.append(self.headers.get("Authorization"))
+        m = _CDN.match(path)
+        if m:  # a "signed" storage URL: no token needed, as on the real CDN
+            self._resolve(m["repo"], m["rev"], m["path"], body, cdn=True)
+            return
         if self.hub.token is not None and self.headers.get("Authorization") != (
             f"Bearer {self.hub.token}"
         ):
@@ -284,12 +293,15 @@ class _Handler(BaseHTTPRequestHandler):
             },
         )
 
-    def _resolve(self, repo_id: str, rev: str, rel: str, body: bool) -> None:
+    def _resolve(self, repo_id: str, rev: str, rel: str, body: bool, cdn: bool = False) -> None:
         repo = self.hub.repos.get(repo_id)
         commit = self._commit(repo, rev) if repo is not None else None
         if repo is None or commit is None or not repo.path(rel).is_file():
             code = "RepoNotFound" if repo is None else "EntryNotFound"
             self._json(404, {"error": f"{rel} not found"}, {"X-Error-Code": code})
+            return
+        if not cdn and self.hub.redirect_lfs and rel.endswith(".safetensors"):
+            self._redirect(repo, commit, repo_id, rel)
             return
         fault = self.hub.take_fault(rel) if body else None
         if fault is not None and fault.kind == "swap" and fault.swap_to is not None:
@@ -333,6 +345,19 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None and fault.kind in ("drop", "short"):
             self.close_connection = True
             self.connection.close()
+
+    def _redirect(self, repo: HubRepo, commit: str, repo_id: str, rel: str) -> None:
+        """An LFS file, as the hub answers it: 302 to the storage URL, with ``X-Linked-*``."""
+        etag, _ = repo.content_id(rel)
+        size = repo.path(rel).stat().st_size
+        self.send_response(302)
+        self.send_header("Location", f"{self.hub.endpoint}/lfs-cdn/{repo_id}/{commit}/{rel}")
+        self.send_header("X-Repo-Commit", commit)
+        self.send_header("ETag", f'"{hashlib.sha1(etag.encode()).hexdigest()}"')  # the pointer
+        self.send_header("X-Linked-Etag", f'"{etag}"')
+        self.send_header("X-Linked-Size", str(size))
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def _send_range(self, path: Path, start: int, n: int) -> None:
         fd = os.open(path, os.O_RDONLY)

@@ -4,7 +4,9 @@
   ``files_metadata``): resolves ``rev`` (branch, tag or commit) to the commit sha and lists
   every file with its size and, for LFS files, the sha256;
 - ``GET {endpoint}/{repo}/resolve/{commit}/{file}`` with ``Range: bytes=a-b``: tensor bytes and
-  headers, read at the *commit*, so a branch moving mid-run changes nothing;
+  headers, read at the *commit*, so a branch moving mid-run changes nothing. An LFS file
+  redirects to a storage URL; later ranges of that file go there directly (without the
+  token), and back through ``resolve`` if the URL stops answering (signed URLs expire);
 - small files (config, index, tokenizer) go through ``hf_hub_download`` at the commit, into the
   usual cache (``HF_HUB_CACHE`` / ``HF_HOME``), so a later ``HF_HUB_OFFLINE=1`` run finds them.
 
@@ -89,6 +91,8 @@ class HubStore(Store):
 
         self._session = get_session()
         self._headers = {**build_hf_headers(), "Accept-Encoding": "identity"}
+        #: file -> the storage URL its resolve URL redirected to (LFS files on the hub)
+        self._located: dict[str, str] = {}
 
     @classmethod
     def open(cls, repo_id: str, revision: str | None) -> HubStore:
@@ -116,15 +120,29 @@ class HubStore(Store):
 
     def _fetch(self, rel: str, offset: int, view: memoryview) -> None:
         n, httpx = len(view), _httpx()
-        headers = {**self._headers, "Range": f"bytes={offset}-{offset + n - 1}"}
         where = self.where(rel)
+        with self._lock:
+            located = self._located.get(rel)
+        if located is not None:  # the storage URL an earlier read was redirected to
+            url = located
+            headers = {k: v for k, v in self._headers.items() if k.lower() != "authorization"}
+        else:
+            url, headers = self.url(rel), dict(self._headers)
+        headers["Range"] = f"bytes={offset}-{offset + n - 1}"
         try:
             with self._session.stream(
-                "GET", self.url(rel), headers=headers, timeout=timeout_s(), follow_redirects=True
+                "GET", url, headers=headers, timeout=timeout_s(), follow_redirects=True
             ) as r:
+                if located is not None and r.status_code in (401, 403, 404, 410):
+                    with self._lock:  # a signed URL that expired: resolve again
+                        self._located.pop(rel, None)
+                    raise Transient(f"HTTP {r.status_code} from the storage URL (expired?)")
                 fault = status_fault(r.status_code, where)
                 if fault is not None:
                     raise fault
+                if located is None and r.history:
+                    with self._lock:  # one redirect per file, not one per range
+                        self._located[rel] = str(r.url)
                 if r.status_code == 200 and not (offset == 0 and n == self.files[rel].size):
                     raise InputError(
                         f"{where}: the server ignored the Range header (HTTP 200); ckpt needs "
