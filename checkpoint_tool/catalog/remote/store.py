@@ -69,6 +69,8 @@ class Store:
         self.header_sha256: dict[str, str] = {}
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
+        self._abort = threading.Event()
+        self._failure: str | None = None
 
     @property
     def label(self) -> str:
@@ -154,13 +156,22 @@ class Store:
             fut.result()
 
     def _part(self, rel: str, offset: int, view: memoryview) -> None:
+        what = f"{self.where(rel)}: bytes {offset}-{offset + len(view) - 1}"
+
         def attempt() -> None:
+            if self._abort.is_set():  # another read failed for good: stop, with its message
+                raise InputError(self._failure or f"{what}: not read, another read failed")
             with self._lock:
                 self.requests += 1
             self._fetch(rel, offset, view)
 
-        what = f"{self.where(rel)}: bytes {offset}-{offset + len(view) - 1}"
-        with_retries(attempt, what, on_retry=self._note_retry)
+        try:
+            with_retries(attempt, what, on_retry=self._note_retry)
+        except InputError as exc:
+            with self._lock:
+                self._failure = self._failure or str(exc)
+            self._abort.set()  # queued prefetches end at their next attempt
+            raise
 
     def _note_retry(self) -> None:
         with self._lock:
