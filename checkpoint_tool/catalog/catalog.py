@@ -22,7 +22,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from checkpoint_tool.catalog.bulk import gc_paused
 from checkpoint_tool.catalog.header_pool import HeaderReader
@@ -66,6 +66,22 @@ class Catalog:
     revision: str | None = None
     headers: dict[str, FileHeader] = field(default_factory=dict, repr=False)
     header_bytes_read: int = 0
+    #: a ``catalog.remote.store.Store`` when the shards live on a server (hub, S3); then
+    #: ``root`` is a local folder holding only the small files (config, index, side files)
+    store: Any = field(default=None, repr=False)
+
+    @property
+    def bytes_transferred(self) -> int | None:
+        """Bytes received from the server so far (None for a local checkpoint)."""
+        return None if self.store is None else self.store.bytes_transferred
+
+    def read_bytes(self, file: str, begin: int, end: int) -> bytes:
+        """Bytes ``[begin, end)`` of shard ``file``, from disk or from the server."""
+        if self.store is not None:
+            return self.store.read(file, begin, end - begin)
+        from checkpoint_tool.catalog.reader import read_range
+
+        return read_range(self.path_of(file), begin, end)
 
     def path_of(self, entry: TensorEntry | str) -> Path:
         file = entry.file if isinstance(entry, TensorEntry) else entry
@@ -84,6 +100,8 @@ class Catalog:
     def side_files(self) -> list[str]:
         """Non-weight files next to the shards (tokenizer, generation config, ...), sorted."""
         skip = set(self.files) | {INDEX_NAME}
+        if self.store is not None:
+            return self.store.side_files(skip)
         out = []
         for p in sorted(self.root.rglob("*")):
             rel = p.relative_to(self.root).as_posix()
@@ -104,8 +122,12 @@ def open_catalog(
     ``meanwhile`` (e.g. importing what comes next) is called once while the headers are
     read, when a forked child parses part of them (``header_pool``).
     """
+    from checkpoint_tool.catalog.remote.open import open_remote
     from checkpoint_tool.catalog.sources import resolve_source
 
+    remote = open_remote(str(source), headers_only=headers_only)
+    if remote is not None:
+        return remote
     root, single_file, revision = resolve_source(str(source), headers_only=headers_only)
     cat = open_local(root, single_file=single_file, meanwhile=meanwhile)
     cat.source = str(source)
@@ -158,9 +180,18 @@ def _open_local(
     cat = Catalog(
         root=root, tensors={}, files=files, config=config, hf_quant_config=hf_quant, index=index
     )
-    new = tuple.__new__
     paths = [root / rel for rel in files]
     headers = (reader or HeaderReader(paths)).read(paths, meanwhile)
+    add_headers(cat, files, headers)
+    if index is not None:
+        _check_index_matches(root, index, cat)
+    return cat
+
+
+def add_headers(cat: Catalog, files: list[str], headers: list) -> None:
+    """Fill ``cat.tensors`` from one header per file (an ``InputError`` in the list is raised)."""
+    new = tuple.__new__
+    where = cat.store.label if cat.store is not None else cat.root
     for rel, header in zip(files, headers, strict=False):
         if isinstance(header, InputError):
             raise header
@@ -175,13 +206,10 @@ def _open_local(
         if not cat.tensors.keys().isdisjoint(found):  # iterates over found
             name = next(name for name in found if name in cat.tensors)
             raise InputError(
-                f"{root / rel}: tensor {name!r} also appears in {cat.tensors[name].file}; "
+                f"{where}/{rel}: tensor {name!r} also appears in {cat.tensors[name].file}; "
                 "duplicate tensors across shards: remove the stale shard"
             )
         cat.tensors.update(found)
-    if index is not None:
-        _check_index_matches(root, index, cat)
-    return cat
 
 
 def _read_json_if_present(path: Path) -> dict | None:
@@ -196,7 +224,11 @@ def _read_json_if_present(path: Path) -> dict | None:
     return doc
 
 
-def _files_from_index(root: Path, index: dict) -> list[str]:
+def _files_from_index(
+    root: Path, index: dict, exists: Callable[[str], bool] | None = None
+) -> list[str]:
+    """The shards the index names, each checked to be inside the folder and present
+    (``exists(rel)``; default: a file under ``root``)."""
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
         raise InputError(f"{root / INDEX_NAME}: no 'weight_map' object; the index is corrupt")
@@ -213,7 +245,7 @@ def _files_from_index(root: Path, index: dict) -> list[str]:
                 f"{root / INDEX_NAME}: tensor {name!r} points at {rel!r}, outside the checkpoint "
                 "folder; refusing a path that escapes it"
             )
-        if not (root / rel).is_file():
+        if not (exists(rel) if exists is not None else (root / rel).is_file()):
             raise InputError(
                 f"{root / INDEX_NAME}: tensor {name!r} is mapped to {rel!r}, which is missing; "
                 "download the missing shard or fix the index"

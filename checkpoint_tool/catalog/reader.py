@@ -89,7 +89,7 @@ def read_tensor(cat: Catalog, entry: TensorEntry | str) -> torch.Tensor:
     """Read one whole tensor in its storage dtype."""
     if isinstance(entry, str):
         entry = cat.get(entry)
-    raw = read_range(cat.path_of(entry), entry.begin, entry.end)
+    raw = cat.read_bytes(entry.file, entry.begin, entry.end)  # local pread or ranged GET
     return bytes_to_tensor(raw, entry.dtype, storage_shape(entry))
 
 
@@ -97,7 +97,7 @@ def read_rows(cat: Catalog, entry: TensorEntry, start: int, stop: int) -> torch.
     """Read rows ``[start, stop)`` along dim 0 only (one contiguous byte range)."""
     shape = storage_shape(entry)
     row_bytes = entry.nbytes // shape[0] if shape and shape[0] else 0
-    raw = read_range(
-        cat.path_of(entry), entry.begin + start * row_bytes, entry.begin + stop * row_bytes
+    raw = cat.read_bytes(
+        entry.file, entry.begin + start * row_bytes, entry.begin + stop * row_bytes
     )
     return bytes_to_tensor(raw, entry.dtype, (stop - start, *shape[1:]))

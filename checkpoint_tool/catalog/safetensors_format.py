@@ -133,6 +133,17 @@ def read_header(path: Path) -> FileHeader:
         raise InputError(
             f"{path}: cannot read ({exc.strerror}); check the path and permissions"
         ) from exc
+    return parse_header(path, header_len, raw, file_size)
+
+
+def parse_header(path: Path | str, header_len: int, raw: bytes, file_size: int) -> FileHeader:
+    """Validate header bytes read elsewhere (a remote range read): the checks of
+    ``read_header`` after the length prefix. ``raw`` is the JSON, ``header_len`` bytes."""
+    if header_len > MAX_HEADER_BYTES or 8 + header_len > file_size:
+        raise InputError(
+            f"{path}: header length {header_len} exceeds the file size {file_size}; "
+            "the shard is truncated or not safetensors, re-download it"
+        )
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -147,7 +158,11 @@ def read_header(path: Path) -> FileHeader:
     data_start = 8 + header_len
     entries = _parse_entries(path, doc, data_start, file_size - data_start)
     return FileHeader(
-        path, header_len, file_size, entries, {str(k): str(v) for k, v in metadata.items()}
+        path,  # type: ignore[arg-type]  # a str label for a remote file
+        header_len,
+        file_size,
+        entries,
+        {str(k): str(v) for k, v in metadata.items()},
     )
 
 

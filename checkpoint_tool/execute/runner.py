@@ -324,9 +324,11 @@ class _Run:
             durable=self.durable,
         ) as w:
             sink = _CountingSink(w, self.progress)
-            for t in ofile.tensors:
+            nodes = [build_node(t, self.sources.catalog.tensors) for t in ofile.tensors]
+            stream.reader.expect(nodes)  # remote sources prefetch these reads (issue 15)
+            for t, node in zip(ofile.tensors, nodes, strict=True):
                 w.begin_tensor(t.name)
-                stream.fill(build_node(t, self.sources.catalog.tensors), sink)
+                stream.fill(node, sink)
                 w.end_tensor()
             files = {
                 self.sources.catalog.tensors[p.source].file for t in ofile.tensors for p in t.pieces

@@ -7,6 +7,11 @@ in one line instead of producing a silently mixed output. ``RangeReader`` reads 
 ``os.preadv`` into one reusable buffer per worker (no mmap: mapped pages would count as our
 memory, and a whole shard is never read).
 
+A remote catalog (``catalog.store`` set: hub, S3) goes through the same two classes: there are
+no descriptors (``local`` is False, so the writer's copy_file_range path is skipped), reads are
+ranged requests of the store (parallel parts, retries, ETag pinned), the snapshot is the
+store's listing and ``check_unchanged`` asks the server again.
+
 Example::
 
     src = SourceFiles.open(catalog, files=["model-00001-of-00002.safetensors"])
@@ -22,6 +27,7 @@ import os
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.catalog.safetensors_format import read_header
@@ -45,10 +51,20 @@ class SourceFiles:
         self.stats = stats
         self._fds = fds
         self._lock = threading.Lock()
+        self.store = catalog.store  # None for local shards
+
+    @property
+    def local(self) -> bool:
+        """True when the shards are local files (descriptors, pread, copy_file_range)."""
+        return self.store is None
 
     @classmethod
     def open(cls, catalog: Catalog, files: Iterable[str]) -> SourceFiles:
         """Open ``files`` (relative to the catalog root) and check them against the catalog."""
+        if catalog.store is not None:
+            from checkpoint_tool.execute.remote_source import remote_stats
+
+            return cls(catalog, remote_stats(catalog, sorted(set(files))), {})
         stats: dict[str, SourceStat] = {}
         fds: dict[str, int] = {}
         try:
@@ -75,6 +91,10 @@ class SourceFiles:
 
     def check_unchanged(self, files: Iterable[str]) -> None:
         """Raise ``InputError`` if a shard's size or mtime changed since the run started."""
+        if self.store is not None:
+            for rel in files:
+                self.store.check_unchanged(rel)
+            return
         for rel in files:
             path = self.catalog.path_of(rel)
             try:
@@ -93,6 +113,10 @@ class SourceFiles:
 
     def full_sha256(self, rel: str) -> str:
         """sha256 of a whole shard (``--hash-source``: reads every byte)."""
+        if self.store is not None:
+            from checkpoint_tool.execute.remote_source import remote_sha256
+
+            return remote_sha256(self.store, rel, HASH_BLOCK)
         fd, h, pos = self._fds[rel], hashlib.sha256(), 0
         buf = bytearray(HASH_BLOCK)
         view = memoryview(buf)
@@ -175,6 +199,18 @@ class RangeReader:
         self.sources = sources
         self._buf = GrowingBuffer(capacity)
         self.bytes_read = 0
+        self._prefetch: Any = None
+
+    def expect(self, nodes: list[Any]) -> None:
+        """The nodes the next output file streams, in order: a remote source prefetches
+        their byte ranges (``execute.prefetch``); a local one ignores the hint."""
+        if self.sources.store is None:
+            return
+        from checkpoint_tool.execute.prefetch import Prefetch, footprints
+
+        if self._prefetch is not None:
+            self._prefetch.close()
+        self._prefetch = Prefetch(self.sources.store, footprints(nodes))
 
     @property
     def capacity(self) -> int:
@@ -188,6 +224,12 @@ class RangeReader:
 
     def read_into(self, rel: str, offset: int, view: memoryview) -> None:
         """Fill ``view`` with the bytes of shard ``rel`` starting at ``offset``."""
+        if self.sources.store is not None:
+            pf = self._prefetch
+            if pf is None or not pf.read_into(rel, offset, view):
+                self.sources.store.read_into(rel, offset, view)
+            self.bytes_read += len(view)
+            return
         fd, got, nbytes = self.sources.fd(rel), 0, len(view)
         while got < nbytes:
             n = _pread_into(fd, view[got:], offset + got, self.sources.catalog.path_of(rel))

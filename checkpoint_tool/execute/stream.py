@@ -99,7 +99,7 @@ class TensorStream:
             sink.advance(nbytes)
 
     def _range(self, rel: str, begin: int, end: int, sink: Sink) -> None:
-        copy = getattr(sink, "copy_range", None)
+        copy = getattr(sink, "copy_range", None) if self.reader.sources.local else None
         if copy is not None:  # the writer copies (zero-copy where it can)
             sources = self.reader.sources
             copy(sources.fd(rel), begin, end - begin, str(sources.catalog.path_of(rel)))

@@ -224,6 +224,7 @@ def _model_summary(catalog: Any, facts: ModelFacts, rc: ResolvedCatalog) -> Mode
         files=len(catalog.files),
         data_bytes=data,
         header_bytes_read=getattr(catalog, "header_bytes_read", 0),
+        bytes_transferred=getattr(catalog, "bytes_transferred", None),
         notes=list(facts.notes),
     )
 

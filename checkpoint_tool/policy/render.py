@@ -71,6 +71,8 @@ def render_human(report: PolicyReport, console: Console) -> None:
         f"[dim]{md.tensors} tensors in {md.files} files, {md.data_bytes / 2**30:.2f} GiB of "
         f"data; read {md.header_bytes_read / 2**20:.2f} MiB of headers[/]"
     )
+    if md.bytes_transferred is not None:
+        console.print(f"[dim]transferred {md.bytes_transferred / 2**20:.2f} MiB from the server[/]")
     for note in md.notes:
         console.print(f"[dim]note: {note}[/]")
     if report.moe_layers:

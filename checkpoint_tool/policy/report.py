@@ -55,6 +55,8 @@ class ModelSummary(_Model):
     data_bytes: int = 0
     #: bytes actually read to build the report (headers and JSON side files)
     header_bytes_read: int = 0
+    #: bytes received from the server for a remote source (hub, S3), everything included
+    bytes_transferred: int | None = None
     notes: list[str] = Field(default_factory=list)
 
 

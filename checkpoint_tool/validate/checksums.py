@@ -67,6 +67,11 @@ def check_checksums(ctx: ValidationContext) -> list[Issue]:
         raise Unavailable(f"the manifest module is not available ({exc})") from None
     if ctx.options.write_manifest:
         raise Unavailable("--write-manifest: a new manifest is written instead of checked")
+    if ctx.store is not None:
+        raise Unavailable(
+            "remote source: checksums need every byte; validate a downloaded copy, or convert "
+            "with --hash-source (checked against the hub's LFS sha256)"
+        )
     path = manifest_path(ctx)
     if path is None:
         raise Unavailable(f"no {MANIFEST_NAME} (pass --manifest PATH, or --write-manifest)")
@@ -205,6 +210,8 @@ def write_manifest_if_clean(
 
     failed = [r.id for r in results if r.status is CheckStatus.failed]
     title = "write ckpt-manifest.json for the validated checkpoint (--write-manifest)"
+    if ctx.store is not None:
+        failed = ["remote source: a manifest is written next to local files only"]
     if failed:
         issue = Issue(
             severity="error",

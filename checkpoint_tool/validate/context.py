@@ -81,6 +81,9 @@ class ValidationContext:
     config_error: str | None = None
     hf_quant_config: dict | None = None
     hf_quant_error: str | None = None
+    #: the server side of a remote source (hub, S3): ``root`` then holds header stubs only
+    #: (``catalog.remote.stubs``) and tensor bytes are read through the store
+    store: Any = None
 
     # ---- layout -----------------------------------------------------------------------
 
@@ -125,8 +128,10 @@ class ValidationContext:
             config=self.config,
             hf_quant_config=self.hf_quant_config,
             index=self.index if self.uses_index else None,
-            source=str(self.root),
+            source=self.store.source if self.store is not None else str(self.root),
+            revision=self.store.revision if self.store is not None else None,
             headers=headers,
+            store=self.store,
         )
 
     @property
@@ -222,6 +227,13 @@ def load_context(source: str | os.PathLike[str], options: ValidateOptions) -> Va
     from checkpoint_tool.validate.scan import scan_file
 
     path = Path(source).expanduser()
+    store = None
+    if not path.exists():
+        from checkpoint_tool.catalog.remote.stubs import remote_view
+
+        remote = remote_view(str(source))  # hub / S3: header stubs, data via the store
+        if remote is not None:
+            path, store = remote
     if not path.exists():
         from checkpoint_tool.catalog.sources import resolve_source
 
@@ -234,7 +246,7 @@ def load_context(source: str | os.PathLike[str], options: ValidateOptions) -> Va
             raise InputError(f"{path}: not a .safetensors file or a checkpoint folder")
         ctx = ValidationContext(root=path.parent, options=options, single_file=path.name)
     else:
-        ctx = ValidationContext(root=path, options=options)
+        ctx = ValidationContext(root=path, options=options, store=store)
     root = ctx.root
     ctx.config, ctx.config_error = _read_json(root / "config.json")
     if ctx.config is None and ctx.config_error is None:

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import ml_dtypes
 import numpy as np
 
-from checkpoint_tool.catalog.catalog import TensorEntry
-from checkpoint_tool.catalog.reader import read_range, storage_shape
+from checkpoint_tool.catalog.catalog import Catalog, TensorEntry
+from checkpoint_tool.catalog.reader import storage_shape
 from checkpoint_tool.report import Issue
 from checkpoint_tool.validate.context import Unavailable, ValidationContext
 
@@ -66,13 +66,16 @@ class ValueStats:
         return int(hits.size)
 
 
-def iter_chunks(path, entry: TensorEntry, elem_bytes: int, chunk_bytes: int) -> Iterator[bytes]:
-    """Yield the tensor's bytes in element-aligned chunks of at most ``chunk_bytes``."""
+def iter_chunks(
+    catalog: Catalog, entry: TensorEntry, elem_bytes: int, chunk_bytes: int
+) -> Iterator[bytes]:
+    """Yield the tensor's bytes in element-aligned chunks of at most ``chunk_bytes`` (from disk,
+    or from the server for a remote source)."""
     step = max(elem_bytes, chunk_bytes - chunk_bytes % elem_bytes)
     pos = entry.begin
     while pos < entry.end:
         stop = min(entry.end, pos + step)
-        yield read_range(path, pos, stop)
+        yield catalog.read_bytes(entry.file, pos, stop)
         pos = stop
 
 
@@ -84,16 +87,16 @@ def scan_values(
     Chunks with nothing to report (all finite, and all positive when ``positive``: the
     common case) cost one pass; ``positive=False`` (weights) counts only NaN/inf.
     """
-    path = ctx.catalog.path_of(entry)
+    catalog = ctx.catalog
     stats = ValueStats()
     if e8m0:
-        for raw in iter_chunks(path, entry, 1, ctx.options.chunk_bytes):
+        for raw in iter_chunks(catalog, entry, 1, ctx.options.chunk_bytes):
             a = np.frombuffer(raw, dtype=np.uint8)
             stats.nan += stats.note("first_bad", a == 255)
             stats.total += a.size
         return stats
     dtype = NUMPY_FLOAT[entry.dtype]
-    for raw in iter_chunks(path, entry, dtype.itemsize, ctx.options.chunk_bytes):
+    for raw in iter_chunks(catalog, entry, dtype.itemsize, ctx.options.chunk_bytes):
         x = np.frombuffer(raw, dtype=dtype).astype(np.float32)
         clean = ((x > 0) & (x < np.inf)).all() if positive else np.isfinite(x).all()
         if not clean:
@@ -110,9 +113,9 @@ def scan_values(
 
 def scan_fp8_nan_codes(ctx: ValidationContext, entry: TensorEntry) -> ValueStats:
     """Count FP8 NaN codes (E4M3: 0x7F/0xFF; E5M2: exponent all ones) in bounded chunks."""
-    path = ctx.catalog.path_of(entry)
+    catalog = ctx.catalog
     stats = ValueStats()
-    for raw in iter_chunks(path, entry, 1, ctx.options.chunk_bytes):
+    for raw in iter_chunks(catalog, entry, 1, ctx.options.chunk_bytes):
         a = np.frombuffer(raw, dtype=np.uint8)
         if entry.dtype == "F8_E4M3":
             stats.nan += stats.note("first_bad", (a & 0x7F) == 0x7F)

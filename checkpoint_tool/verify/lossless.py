@@ -120,9 +120,11 @@ class _Checker:
         if not entry.shape:
             shape = (1,)
         row = math.prod(shape[1:]) * itemsize
-        raw = self.files.read(
-            self.catalog.path_of(entry), entry.begin + r0 * row, entry.begin + r1 * row
-        )
+        begin, end = entry.begin + r0 * row, entry.begin + r1 * row
+        if self.catalog.store is not None:  # a remote source: ranged reads (docs/remote.md)
+            raw = self.catalog.read_bytes(entry.file, begin, end)
+        else:
+            raw = self.files.read(self.catalog.path_of(entry), begin, end)
         return np.frombuffer(raw, dtype=np.uint8).reshape((r1 - r0, *shape[1:], itemsize))
 
     # -- output -----------------------------------------------------------------------------
