@@ -57,6 +57,7 @@ from checkpoint_tool.execute.manifest import (
     write_manifest,
 )
 from checkpoint_tool.execute.ops import build_node
+from checkpoint_tool.execute.prefetch import Prefetcher, merge_ranges, node_ranges
 from checkpoint_tool.execute.progress import Progress, make_progress
 from checkpoint_tool.execute.source import RangeReader, SourceFiles
 from checkpoint_tool.execute.stream import Cancelled, TensorStream
@@ -74,6 +75,8 @@ DEFAULT_MEMORY_BUDGET = 1 << 30
 MAX_CHUNK = 64 << 20
 MIN_CHUNK = 1 << 20
 CONFIG_NAME = "config.json"
+#: read the source ahead of the copy (``execute.prefetch``); CKPT_PREFETCH=0 turns it off (A/B)
+PREFETCH = os.environ.get("CKPT_PREFETCH", "1") != "0"
 WEIGHT_METADATA = {"format": "pt"}
 
 
@@ -272,6 +275,7 @@ class _Run:
         self.durable = durable
         self.journal, self.chunk, self.progress = journal, chunk, progress
         self.stop = threading.Event()
+        self.prefetch = PREFETCH
         self._lock = threading.Lock()
         self._local = threading.local()
 
@@ -322,8 +326,8 @@ class _Run:
             metadata=WEIGHT_METADATA,
             buffer_size=self.chunk,
             durable=self.durable,
-        ) as w:
-            sink = _CountingSink(w, self.progress)
+        ) as w, self._prefetcher(ofile) as pf:
+            sink = _CountingSink(w, self.progress, pf)
             for t in ofile.tensors:
                 w.begin_tensor(t.name)
                 stream.fill(build_node(t, self.sources.catalog.tensors), sink)
@@ -339,6 +343,14 @@ class _Run:
             write_journal(self.dst, self.journal, durable=self.durable)
         fault_point("journal")
         self.progress.file_done(ofile.name, sum(_tensor_bytes(t) for t in ofile.tensors))
+
+    def _prefetcher(self, ofile: OutputFile) -> Prefetcher:
+        """Read-ahead of the file's source ranges in output order (``execute.prefetch``)."""
+        if not self.prefetch:
+            return Prefetcher([])
+        tensors = self.sources.catalog.tensors
+        ranges = merge_ranges(r for t in ofile.tensors for r in node_ranges(build_node(t, tensors)))
+        return Prefetcher([(self.sources.fd(rel), b, e) for rel, b, e in ranges])
 
     def _map(self, fn, items: list[int], workers: int) -> list:  # type: ignore[no-untyped-def]
         """Run ``fn`` over ``items``; on the first failure stop the others and raise it."""
@@ -384,8 +396,10 @@ class _Run:
 class _CountingSink:
     """The writer as a stream sink, reporting filled bytes to the progress display."""
 
-    def __init__(self, writer: SafetensorsWriter, progress: Progress) -> None:
-        self.writer, self.progress = writer, progress
+    def __init__(
+        self, writer: SafetensorsWriter, progress: Progress, prefetch: Prefetcher | None = None
+    ) -> None:
+        self.writer, self.progress, self.prefetch = writer, progress, prefetch
         self.capacity = writer.capacity
 
     def reserve(self, nbytes: int) -> memoryview:
@@ -394,10 +408,14 @@ class _CountingSink:
     def advance(self, nbytes: int) -> None:
         self.writer.advance(nbytes)
         self.progress.advance(nbytes)
+        if self.prefetch is not None:
+            self.prefetch.consumed(nbytes)
 
     def copy_range(self, fd: int, offset: int, nbytes: int, label: str) -> None:
         self.writer.copy_range(fd, offset, nbytes, label)
         self.progress.advance(nbytes)
+        if self.prefetch is not None:
+            self.prefetch.consumed(nbytes)
 
 
 def _record(name: str, data: bytes, sha: str) -> FileRecord:
