@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from checkpoint_tool.catalog.catalog import Catalog
-from checkpoint_tool.errors import CkptError, UsageError
+from checkpoint_tool.errors import CkptError, OutputError, UsageError
 from checkpoint_tool.execute.manifest import FileRecord
 from checkpoint_tool.execute.progress import NullProgress
 from checkpoint_tool.execute.runner import FileRun, chunk_size
@@ -133,8 +133,8 @@ class RayPool:
                     flying[ref] = i
                 ready, _ = ray.wait(list(flying), num_returns=1, timeout=1.0)
                 for ref in ready:
+                    name, size, sha = _result(ray, ref, run.dst / run.plan.files[flying[ref]].name)
                     i = flying.pop(ref)
-                    name, size, sha = _result(ray, ref)
                     run.record(i, FileRecord(name=name, size=size, sha256=sha), count_bytes=True)
         except BaseException:
             for ref in flying:
@@ -145,15 +145,27 @@ class RayPool:
             raise
 
 
-def _result(ray: Any, ref: Any) -> tuple[str, int, str]:
-    """The task's result; ckpt's own one-line errors come back as themselves."""
+def _result(ray: Any, ref: Any, path: Path) -> tuple[str, int, str]:
+    """The task's result; ckpt's own one-line errors come back as themselves, Ray's failures
+    (a worker that died more than ``MAX_RETRIES`` times, a lost node) as one line."""
     try:
         return ray.get(ref)  # type: ignore[no-any-return]
     except ray.exceptions.RayTaskError as exc:
         cause = getattr(exc, "cause", None)
         if isinstance(cause, CkptError):
             raise cause from None
-        raise
+        raise OutputError(f"{path}: the Ray task writing it failed ({_first(exc)}); rerun with "
+                          "--resume") from exc  # fmt: skip
+    except ray.exceptions.RayError as exc:
+        raise OutputError(
+            f"{path}: the Ray worker writing it died {MAX_RETRIES + 1} times ({type(exc).__name__}"
+            "); check the node's memory and logs, then rerun with --resume"
+        ) from exc
+
+
+def _first(exc: BaseException) -> str:
+    lines = [ln for ln in str(exc).splitlines() if ln.strip()]
+    return lines[-1].strip() if lines else type(exc).__name__
 
 
 def _wait_gone(ray: Any, refs: list[Any], timeout: float = 30.0) -> None:
