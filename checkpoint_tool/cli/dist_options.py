@@ -65,6 +65,16 @@ FinalizeOpt = Annotated[
 ]
 
 
+MergeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--merge",
+        help="Merge `ckpt verify --part` JSON reports (repeat it, or give a quoted glob such as "
+        "'v*.json') into one report and exit code; nothing is re-read.",
+    ),
+]
+
+
 def spread(executor: ExecutorOption, part: str | None, finalize: bool) -> bool:
     """Whether the distributed path runs (otherwise the single-host one does)."""
     return executor is not ExecutorOption.threads or part is not None or finalize
@@ -136,3 +146,56 @@ def render_part(report: Any, console: Any) -> None:
         f"of {human_bytes(report.total_size)}. When every part is done: ckpt convert SRC DST "
         "(same options) --finalize"
     )
+
+
+def verify_spread(executor: ExecutorOption, part: str | None, merge: list[str] | None) -> bool:
+    """Whether ``ckpt verify`` takes the distributed path."""
+    return executor is not ExecutorOption.threads or part is not None or bool(merge)
+
+
+def run_verify(
+    dst: Path,
+    source: str,
+    *,
+    executor: ExecutorOption,
+    ray_address: str | None,
+    ray_tasks: int,
+    part: str | None,
+    merge: list[str] | None,
+    lossless: bool,
+    numeric: bool,
+    memory_budget: int,
+    max_mismatches: int,
+) -> tuple[Any, Any]:
+    """``ckpt verify`` spread: the report and its human renderer."""
+    import glob
+
+    from checkpoint_tool.execute.distributed import verify_spread as vs
+    from checkpoint_tool.execute.distributed.split import parse_part
+    from checkpoint_tool.verify.render import render_human
+
+    if sum([executor is ExecutorOption.ray, part is not None, bool(merge)]) > 1:
+        raise UsageError("--executor ray, --part and --merge exclude each other; pick one")
+    if merge:
+        paths = [Path(q) for m in merge for q in (sorted(glob.glob(m)) or [m])]
+        return vs.merge_reports(paths), render_human
+    vs.check_options(numeric, lossless)
+    if part is not None:
+        i, n = parse_part(part)
+        report = vs.verify_part(dst, source, i, n, budget=memory_budget, max_listed=max_mismatches)
+        return report, render_verify_part
+    report = vs.verify_ray(dst, source, address=ray_address, tasks=ray_tasks,
+                           budget=memory_budget, max_listed=max_mismatches)  # fmt: skip
+    return report, render_human
+
+
+def render_verify_part(report: Any, console: Any) -> None:
+    ll = report.lossless
+    mark = "[bold red]FAILED[/]" if ll.status == "failed" else "[bold green]passed[/]"
+    console.print(
+        f"verify part {report.part}/{report.parts} of {report.dst}: lossless {mark} "
+        f"({ll.files_checked} file(s), {ll.tensors_checked} tensors, {ll.mismatch_count} "
+        "mismatch(es)); merge every part's --format json report with --merge"
+    )
+    for m in ll.mismatches:
+        console.print(f"  {m.file} {m.tensor}: {m.kind}: {m.message}")

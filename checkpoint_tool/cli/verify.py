@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from checkpoint_tool.cli import dist_options as dist
 from checkpoint_tool.cli.output import OutputFormat, emit
 
 HELP = """Prove a converted checkpoint against its source.
@@ -34,6 +35,10 @@ Examples:
   ckpt verify /out/model -s ./src --no-numeric --format json > verify.json
 
   ckpt verify /out/model -s ./src --no-lossless --backend torch --tp 4
+
+  ckpt verify /shared/out -s ./src --no-numeric --part 0/4 -f json > v0.json   # ... 3/4
+
+  ckpt verify /shared/out -s ./src --merge 'v*.json'
 """
 
 
@@ -117,6 +122,12 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[
             VerifyFormat, typer.Option("--format", "-f", help="human or json.")
         ] = VerifyFormat.human,
+        # issue 16: spread the lossless check (cli/dist_options.py)
+        executor: dist.ExecutorOpt = dist.ExecutorOption.threads,
+        ray_address: dist.RayAddressOpt = None,
+        ray_tasks: dist.RayTasksOpt = 0,
+        part: dist.PartOpt = None,
+        merge: dist.MergeOpt = None,
     ) -> None:
         from checkpoint_tool.cli.plan import parse_layers
         from checkpoint_tool.execute.progress import RichProgress
@@ -136,6 +147,16 @@ def register(app: typer.Typer) -> None:
             memory_budget=parse_size(memory_budget),
             max_mismatches=max_mismatches,
         )
+        if dist.verify_spread(executor, part, merge):  # issue 16: --part, --merge, Ray tasks
+            spread_report, human = dist.run_verify(
+                dst, source, executor=executor, ray_address=ray_address, ray_tasks=ray_tasks,
+                part=part, merge=merge, lossless=lossless, numeric=numeric,
+                memory_budget=options.memory_budget, max_mismatches=max_mismatches,
+            )  # fmt: skip
+            emit(spread_report, OutputFormat(fmt.value), human=human)
+            if spread_report.exit_code:
+                raise typer.Exit(spread_report.exit_code)
+            return
         bar = (
             RichProgress(label="verify lossless", transient=True)
             if progress and sys.stderr.isatty()
