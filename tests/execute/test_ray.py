@@ -79,3 +79,21 @@ def test_cli_executor_ray(ray_session, monkeypatch, capsys, synth_ckpt, tmp_path
         report = json.loads(out.out)
     assert report["workers"] == 2 and "[1/" in out.err  # the driver's progress lines
     assert tree_bytes(outs[0]) == tree_bytes(outs[1])
+
+
+def test_verify_with_ray_tasks_equals_one_host(ray_session, synth_ckpt, tmp_path):
+    from checkpoint_tool.execute.distributed.verify_spread import verify_ray
+    from checkpoint_tool.plan.build import plan_for_catalog
+    from checkpoint_tool.plan.model import PlanOptions
+    from checkpoint_tool.verify import VerifyOptions, verify_checkpoint
+
+    src = synth_ckpt("quark-hybrid")
+    cat = open_local(src)
+    plan = plan_for_catalog(cat, PlanOptions(tp=2, max_shard_size=1_000_000))
+    dst = tmp_path / "out"
+    execute_plan(plan, cat, dst, progress=False)
+    one = verify_checkpoint(dst, str(src), VerifyOptions(numeric=False)).lossless
+    spread = verify_ray(dst, str(src), address=None, tasks=2, budget=1 << 20, max_listed=50)
+    assert spread.passed and one.status == "passed"
+    for k in ("files_checked", "tensors_checked", "tensors_padded", "bytes_compared"):
+        assert getattr(spread.lossless, k) == getattr(one, k), k
