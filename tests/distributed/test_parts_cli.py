@@ -62,3 +62,11 @@ def test_bad_combinations_exit_2(monkeypatch, capsys, synth_ckpt, tmp_path, extr
     code, _, err = _run(monkeypatch, capsys, src, str(tmp_path / "o"), *OPTS, *extra)
     assert code == 2 and message in err
     assert not (tmp_path / "o").exists()
+
+
+def test_executor_ray_without_ray_is_one_line(monkeypatch, capsys, synth_ckpt, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed: import fails
+    src = str(synth_ckpt("quark-hybrid"))
+    code, _, err = _run(monkeypatch, capsys, src, str(tmp_path / "o"), *OPTS, "--executor", "ray")
+    assert code == 2 and "pip install 'checkpoint-tool[ray]'" in err
+    assert err.strip().count("\n") == 0 and not (tmp_path / "o").exists()
