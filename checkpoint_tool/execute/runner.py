@@ -137,7 +137,8 @@ def execute_plan(
     pool = pool or ThreadPool(workers)
     if pool.workers < 1:
         raise UsageError(f"--workers {pool.workers}: give 1 or more")
-    chunk = chunk_size(memory_budget, pool.workers)
+    # no more workers than files are ever busy (a Ray pool counts a whole cluster's CPUs)
+    chunk = chunk_size(memory_budget, max(1, min(pool.workers, len(plan.files))))
     check_plan(plan, catalog)
     others = other_files(plan, catalog)
     weight_names = [f.name for f in plan.files]
