@@ -34,7 +34,8 @@ ExecutorOpt = Annotated[
     typer.Option(
         "--executor",
         help="threads: --workers threads of this process; ray: one Ray task per output file "
-        "(needs checkpoint-tool[ray]; SRC and DST on a file system every node sees).",
+        "(needs the ray extra: pip install checkpoint-tool\\[ray]; SRC and DST on a file system "
+        "every node sees).",
     ),
 ]
 RayAddressOpt = Annotated[
