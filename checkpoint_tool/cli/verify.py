@@ -32,13 +32,13 @@ Examples:
 
   ckpt verify /out/model -s /models/R1 --layers 3,30,61 --tokens 64 --device cuda
 
-  ckpt verify /out/model -s ./src --no-numeric --format json > verify.json
-
-  ckpt verify /out/model -s ./src --no-lossless --backend torch --tp 4
-
   ckpt verify /shared/out -s ./src --no-numeric --part 0/4 -f json > v0.json   # ... 3/4
 
   ckpt verify /shared/out -s ./src --merge 'v*.json'
+
+  ckpt verify /out/model -s ./src --no-numeric --format json > verify.json
+
+  ckpt verify /out/model -s ./src --no-lossless --backend torch --tp 4
 """
 
 
@@ -147,6 +147,11 @@ def register(app: typer.Typer) -> None:
             memory_budget=parse_size(memory_budget),
             max_mismatches=max_mismatches,
         )
+        bar = (
+            RichProgress(label="verify lossless", transient=True)
+            if progress and sys.stderr.isatty()
+            else None
+        )
         if dist.verify_spread(executor, part, merge):  # issue 16: --part, --merge, Ray tasks
             spread_report, human = dist.run_verify(
                 dst, source, executor=executor, ray_address=ray_address, ray_tasks=ray_tasks,
@@ -157,11 +162,6 @@ def register(app: typer.Typer) -> None:
             if spread_report.exit_code:
                 raise typer.Exit(spread_report.exit_code)
             return
-        bar = (
-            RichProgress(label="verify lossless", transient=True)
-            if progress and sys.stderr.isatty()
-            else None
-        )
         report = verify_checkpoint(dst, source, options, progress=bar)
         emit(report, OutputFormat(fmt.value), human=render_human)  # type: ignore[arg-type]
         if report.exit_code:
