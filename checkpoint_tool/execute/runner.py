@@ -414,7 +414,13 @@ class FileRun:
             return Prefetcher([])
         tensors = self.sources.catalog.tensors
         ranges = merge_ranges(r for t in ofile.tensors for r in node_ranges(build_node(t, tensors)))
-        return Prefetcher([(self.sources.fd(rel), b, e) for rel, b, e in ranges])
+        try:
+            fds = {rel: self.sources.fd(rel) for rel in {r[0] for r in ranges}}
+        except (AttributeError, KeyError, TypeError, ValueError):  # no local descriptors
+            return Prefetcher([])
+        if not all(isinstance(fd, int) and fd >= 0 for fd in fds.values()):
+            return Prefetcher([])
+        return Prefetcher([(fds[rel], b, e) for rel, b, e in ranges])
 
     def _map(self, fn, items: list[int], workers: int) -> list:  # type: ignore[no-untyped-def]
         """Run ``fn`` over ``items``; on the first failure stop the others and raise it."""
