@@ -58,3 +58,28 @@ def test_requests_stay_within_the_window_until_consumed(monkeypatch):
     assert len(calls) == 6
     pf.close()
     assert [o for o, _ in calls] == [i * step for i in range(6)]
+
+
+def test_a_run_requests_every_source_tensor_it_reads(tmp_path, monkeypatch):
+    from checkpoint_tool.execute import execute_plan
+
+    root = write_source(tmp_path / "src", tiny_moe_tensors(seed=4))
+    cat = open_local(root)
+    plan = tiny_plan(root)
+    asked: list[tuple[int, int, int]] = []
+    real = os.posix_fadvise
+
+    def record(fd, offset, length, advice):
+        if advice == os.POSIX_FADV_WILLNEED:
+            asked.append((os.fstat(fd).st_ino, offset, offset + length))
+        return real(fd, offset, length, advice)
+
+    monkeypatch.setattr(os, "posix_fadvise", record)
+    execute_plan(plan, cat, tmp_path / "dst", progress=False)
+    for t in (t for f in plan.files for t in f.tensors):
+        for piece in t.pieces:
+            e = cat.tensors[piece.source]
+            ino = (root / e.file).stat().st_ino
+            assert any(i == ino and b <= e.begin and e.end <= end for i, b, end in asked) or any(
+                i == ino and e.begin <= b < end <= e.end for i, b, end in asked
+            ), piece.source
