@@ -13,7 +13,7 @@ STAMP  := $(VENV)/.ckpt-installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q $(FIND_LINKS) "$(TORCH_SPEC)"
-	$(BIN)/pip install -q $(FIND_LINKS) -e ".[dev]"
+	$(BIN)/pip install -q $(FIND_LINKS) -e ".[dev,ray]"
 	touch $(STAMP)
 
 setup: $(STAMP)

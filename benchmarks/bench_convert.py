@@ -12,6 +12,12 @@ Sections (all by default; pick with ``--only``):
   one file's hash is one sequential stream), and ``cp -r; sync`` for a durable run.
   ``--max-shard-size`` is passed to convert (default 5GB: a 2 GB source becomes one file, so K
   only matters with smaller shards).
+- ``cold``: warm **and** cold page cache in the same run, ``ckpt convert --tp 1`` against
+  ``cp -r SRC DST && sync``. Cold: ``sync; echo 3 > /proc/sys/vm/drop_caches`` (root) before
+  every timed run of either; warm: one untimed read of the source first. ``ckpt`` is also timed
+  cold with the source read-ahead off (``CKPT_PREFETCH=0``: the executor before this round),
+  alternated with the others each round. Best of ``--rounds`` and the spread (min-max) are
+  printed: other work on a shared machine moves single runs by tens of percent.
 - ``io``: the raw copy loops the executor could use, on the largest source shard (wall and CPU):
   pread+write, pread+sha256+write, the same + ``posix_fadvise(DONTNEED)`` after each chunk to
   start write-back early, ``copy_file_range`` alone (what ``cp`` does), and ``copy_file_range``
@@ -227,6 +233,76 @@ def throughput(
     print(f"  best K: {k_best}  (target: process/cp <= 1.25 with K=1)")
 
 
+# -- warm and cold page cache -----------------------------------------------------------------
+def drop_caches() -> bool:
+    """Drop the page cache (root only); False where this machine does not allow it."""
+    sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    except OSError:
+        return False
+    return True
+
+
+def cold(src: Path, work: Path, rounds: int, extra: list[str]) -> None:
+    size = tree_size(src)
+    out = work / "out"
+    if not drop_caches():
+        print("\n== cold: cannot drop the page cache here (needs root); a source larger than "
+              "RAM would be needed instead")  # fmt: skip
+        return
+
+    def warm_up() -> None:
+        for p in sorted(src.rglob("*")):
+            if p.is_file():
+                with open(p, "rb") as fh:
+                    while fh.read(64 << 20):
+                        pass
+
+    def run(cmd: list[str] | str, *, cache: str, env: dict[str, str] | None = None) -> float:
+        shutil.rmtree(out, ignore_errors=True)
+        if cache == "cold":
+            drop_caches()
+        else:
+            warm_up()
+        sync()
+        c, t = children_cpu(), time.perf_counter()
+        subprocess.run(cmd, shell=isinstance(cmd, str), check=True, capture_output=True,
+                       env={**os.environ, **(env or {})})  # fmt: skip
+        LAST_CPU[0] = children_cpu() - c
+        return time.perf_counter() - t
+
+    cp = f"cp -r '{src}' '{out}' && sync"
+    ckpt = [*CKPT, "convert", str(src), str(out), "--tp", "1", "--no-progress", *extra]
+    variants: list[tuple[str, list[str] | str, str, dict[str, str] | None]] = [
+        ("cp -r && sync, warm", cp, "warm", None),
+        ("ckpt convert, warm", ckpt, "warm", None),
+        ("cp -r && sync, cold", cp, "cold", None),
+        ("ckpt convert, cold", ckpt, "cold", None),
+        ("ckpt convert, cold, CKPT_PREFETCH=0", ckpt, "cold", {"CKPT_PREFETCH": "0"}),
+    ]
+    runs: dict[str, list[float]] = {name: [] for name, *_ in variants}
+    cpu: dict[str, list[float]] = {name: [] for name, *_ in variants}
+    for _ in range(rounds):
+        for name, cmd, cache, env in variants:
+            runs[name].append(run(cmd, cache=cache, env=env))
+            cpu[name].append(LAST_CPU[0])
+    shutil.rmtree(out, ignore_errors=True)
+    print(f"\n== cold vs warm: {src} ({size / 1e9:.2f} GB), {rounds} rounds, whole processes, "
+          f"{load()}")  # fmt: skip
+    best = {name: min(v) for name, v in runs.items()}
+    for name, values in runs.items():
+        print(f"  {name:<38} best {best[name]:6.2f} s  spread {min(values):.2f}-{max(values):.2f}"
+              f" s  {size / best[name] / 1e9:5.2f} GB/s  CPU {min(cpu[name]):5.2f} s")  # fmt: skip
+    print("  (CPU = user + sys of the command and its children; on 2 busy cores ckpt's wall "
+          "time follows its CPU time, cp's does not)")
+    for cache in ("warm", "cold"):
+        r = best[f"ckpt convert, {cache}"] / best[f"cp -r && sync, {cache}"]
+        print(f"  ratio {cache}: ckpt / (cp -r && sync) = {r:.2f}  (target <= 1.10)")
+    r0 = best["ckpt convert, cold, CKPT_PREFETCH=0"] / best["cp -r && sync, cold"]
+    print(f"  ratio cold without read-ahead: {r0:.2f}")
+
+
 # -- raw I/O loops ------------------------------------------------------------------------------
 def io_loops(src: Path, work: Path, rounds: int, chunk: int = 64 << 20) -> None:
     import mmap
@@ -395,7 +471,7 @@ def main() -> int:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/ckpt-bench-convert"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", default="1,2,4")
-    ap.add_argument("--only", default="throughput,io,memory,scale")
+    ap.add_argument("--only", default="throughput,cold,io,memory,scale")
     ap.add_argument("--max-shard-size", default="5GB", help="passed to convert (throughput)")
     ap.add_argument(
         "--make",
@@ -438,6 +514,8 @@ def main() -> int:
         return 1
     if "throughput" in only and args.src:
         throughput(args.src, args.workdir, args.rounds, workers, args.max_shard_size)
+    if "cold" in only and args.src:
+        cold(args.src, args.workdir, args.rounds, ["--max-shard-size", args.max_shard_size])
     if "io" in only and args.src:
         io_loops(args.src, args.workdir, args.rounds)
     if "memory" in only and args.mem_src:

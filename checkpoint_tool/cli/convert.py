@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from checkpoint_tool.cli import dist_options as dist
 from checkpoint_tool.cli.options import FseOption, LayoutOption
 from checkpoint_tool.cli.output import OutputFormat, emit
 
@@ -29,7 +30,9 @@ HELP = (
     "  ckpt convert ./ckpt ./out --tp 4 --dry-run\n\n"
     "  ckpt convert ./ckpt ./out --tp 4 --resume        # after an interruption\n\n"
     "  ckpt convert /models/R1 ./r1-l3-4 --layers 3,4 --workers 2 --format json\n\n"
-    "  ckpt convert ./ckpt ./out --no-fsync            # cp-like speed, not power-loss safe"
+    "  ckpt convert ./ckpt ./out --no-fsync            # cp-like speed, not power-loss safe\n\n"
+    "  ckpt convert ./ckpt /shared/out --part 0/4      # array job: parts 0..3, then --finalize\n\n"
+    "  ckpt convert ./ckpt /shared/out --executor ray --ray-address auto"
 )
 
 
@@ -140,6 +143,12 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[
             ConvertFormat, typer.Option("--format", help="human or json (the run report).")
         ] = ConvertFormat.human,
+        # issue 16: spread over processes / machines (cli/dist_options.py)
+        executor: dist.ExecutorOpt = dist.ExecutorOption.threads,
+        ray_address: dist.RayAddressOpt = None,
+        ray_tasks: dist.RayTasksOpt = 0,
+        part: dist.PartOpt = None,
+        finalize: dist.FinalizeOpt = False,
     ) -> None:
         from checkpoint_tool.catalog import open_catalog
         from checkpoint_tool.catalog.bulk import gc_paused
@@ -163,6 +172,15 @@ def register(app: typer.Typer) -> None:
             plan = plan_for_catalog(catalog, options, recipe=recipe)
         if dry_run:  # the plan as `ckpt plan` prints it (json: the whole plan)
             emit(plan, OutputFormat(fmt.value), human=render_plan)
+            return
+        if dist.spread(executor, part, finalize):  # issue 16: Ray tasks, --part, --finalize
+            report, human = dist.run(
+                plan, catalog, dst, executor=executor, ray_address=ray_address,
+                ray_tasks=ray_tasks, part=part, finalize=finalize, workers=workers, resume=resume,
+                overwrite=overwrite, progress=progress, memory_budget=budget,
+                hash_source=hash_source, durable=fsync,
+            )  # fmt: skip
+            emit(report, OutputFormat(fmt.value), human=human)
             return
         report = execute_plan(
             plan,

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from checkpoint_tool.cli import dist_options as dist
 from checkpoint_tool.cli.output import OutputFormat, emit
 
 HELP = """Prove a converted checkpoint against its source.
@@ -30,6 +31,10 @@ Examples:
   ckpt verify /out/model --source /models/quark-mxfp4
 
   ckpt verify /out/model -s /models/R1 --layers 3,30,61 --tokens 64 --device cuda
+
+  ckpt verify /shared/out -s ./src --no-numeric --part 0/4 -f json > v0.json   # ... 3/4
+
+  ckpt verify /shared/out -s ./src --merge 'v*.json'
 
   ckpt verify /out/model -s ./src --no-numeric --format json > verify.json
 
@@ -127,6 +132,12 @@ def register(app: typer.Typer) -> None:
         fmt: Annotated[
             VerifyFormat, typer.Option("--format", "-f", help="human or json.")
         ] = VerifyFormat.human,
+        # issue 16: spread the lossless check (cli/dist_options.py)
+        executor: dist.ExecutorOpt = dist.ExecutorOption.threads,
+        ray_address: dist.RayAddressOpt = None,
+        ray_tasks: dist.RayTasksOpt = 0,
+        part: dist.PartOpt = None,
+        merge: dist.MergeOpt = None,
     ) -> None:
         from checkpoint_tool.cli.plan import parse_layers
         from checkpoint_tool.execute.progress import RichProgress
@@ -152,6 +163,16 @@ def register(app: typer.Typer) -> None:
             if progress and sys.stderr.isatty()
             else None
         )
+        if dist.verify_spread(executor, part, merge):  # issue 16: --part, --merge, Ray tasks
+            spread_report, human = dist.run_verify(
+                dst, source, executor=executor, ray_address=ray_address, ray_tasks=ray_tasks,
+                part=part, merge=merge, lossless=lossless, numeric=numeric,
+                memory_budget=options.memory_budget, max_mismatches=max_mismatches,
+            )  # fmt: skip
+            emit(spread_report, OutputFormat(fmt.value), human=human)
+            if spread_report.exit_code:
+                raise typer.Exit(spread_report.exit_code)
+            return
         report = verify_checkpoint(dst, source, options, progress=bar)
         emit(report, OutputFormat(fmt.value), human=render_human)  # type: ignore[arg-type]
         if report.exit_code:

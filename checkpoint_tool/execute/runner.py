@@ -36,6 +36,7 @@ import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path, PurePosixPath
+from typing import Protocol
 
 from pydantic import BaseModel
 
@@ -56,8 +57,9 @@ from checkpoint_tool.execute.manifest import (
     write_journal,
     write_manifest,
 )
-from checkpoint_tool.execute.ops import build_node
+from checkpoint_tool.execute.ops import Node, build_node
 from checkpoint_tool.execute.progress import Progress, make_progress
+from checkpoint_tool.execute.readahead import Prefetcher, merge_ranges, node_ranges
 from checkpoint_tool.execute.source import RangeReader, SourceFiles
 from checkpoint_tool.execute.stream import Cancelled, TensorStream
 from checkpoint_tool.execute.writer import (
@@ -74,6 +76,8 @@ DEFAULT_MEMORY_BUDGET = 1 << 30
 MAX_CHUNK = 64 << 20
 MIN_CHUNK = 1 << 20
 CONFIG_NAME = "config.json"
+#: read the source ahead of the copy (``execute.readahead``); CKPT_PREFETCH=0 turns it off (A/B)
+PREFETCH = os.environ.get("CKPT_PREFETCH", "1") != "0"
 WEIGHT_METADATA = {"format": "pt"}
 
 
@@ -122,19 +126,22 @@ def execute_plan(
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
     hash_source: bool = False,
     durable: bool = True,
+    pool: FilePool | None = None,
 ) -> ConvertReport:
-    """Write ``plan`` into ``dst``: weight files, side files, config, index, manifest last."""
+    """Write ``plan`` into ``dst``: weight files, side files, config, index, manifest last.
+
+    ``pool`` spreads the weight files (default: ``workers`` threads of this process; a
+    ``checkpoint_tool.execute.distributed.ray_pool.RayPool`` runs them as Ray tasks)."""
     t0 = time.monotonic()
     dst = Path(dst)
-    if workers < 1:
-        raise UsageError(f"--workers {workers}: give 1 or more")
-    chunk = chunk_size(memory_budget, workers)
-    _check_plan(plan, catalog)
-    others = _other_files(plan, catalog)
+    pool = pool or ThreadPool(workers)
+    if pool.workers < 1:
+        raise UsageError(f"--workers {pool.workers}: give 1 or more")
+    # no more workers than files are ever busy (a Ray pool counts a whole cluster's CPUs)
+    chunk = chunk_size(memory_budget, max(1, min(pool.workers, len(plan.files))))
+    check_plan(plan, catalog)
+    others = other_files(plan, catalog)
     weight_names = [f.name for f in plan.files]
-    used = sorted(
-        {catalog.tensors[p.source].file for f in plan.files for t in f.tensors for p in t.pieces}
-    )
     prog = make_progress(progress) if isinstance(progress, bool) else progress
     with SourceFiles.open(catalog, catalog.files) as sources:
         sha = plan_sha256(plan)
@@ -146,38 +153,16 @@ def execute_plan(
             overwrite=overwrite,
             durable=durable,
         )
-        run = _Run(plan, sources, dst, state.journal, chunk, prog, durable)
-        totals = [sum(_tensor_bytes(t) for t in f.tensors) for f in plan.files]
+        run = FileRun(plan, sources, dst, state.journal, chunk, prog, durable)
+        totals = file_totals(plan)
         prog.start(sum(totals), len(plan.files))
         try:
-            todo = run.verify_done(workers)
-            run.write_files(todo, workers)
-            other_records = run.write_others(others, catalog)
-            sources.check_unchanged(used)
-            source_records = _source_records(sources, hash_source, prog)
+            todo = run.verify_done(pool.workers)
+            pool.write(run, todo)
+            weight_records = [run.journal.done[f.name] for f in plan.files]
+            manifest_sha = finish_output(run, others, sha, weight_records, hash_source)
         finally:
             prog.close()
-        weight_records = [run.journal.done[f.name] for f in plan.files]
-        manifest = Manifest(
-            ckpt_version=__version__,
-            plan_sha256=sha,
-            source=plan.source,
-            source_revision=plan.source_revision,
-            source_hashing="full" if hash_source else "header",
-            source_files=source_records,
-            recipe=plan.recipe,
-            options=plan.options,
-            files=[
-                WeightFileRecord(name=r.name, size=r.size, sha256=r.sha256, tensors=len(f.tensors))
-                for r, f in zip(weight_records, plan.files, strict=True)
-            ],
-            other_files=other_records,
-            tensor_count=plan.tensor_count(),
-            total_size=sum(totals),
-            dropped=plan.dropped,
-        )
-        manifest_sha = write_manifest(dst, manifest, durable=durable)
-        fault_point("manifest")
         (dst / JOURNAL_NAME).unlink(missing_ok=True)
         fsync_dir(dst, durable)
     return ConvertReport(
@@ -191,11 +176,76 @@ def execute_plan(
         other_files=sorted(others),
         dropped=len(plan.dropped),
         manifest_sha256=manifest_sha,
-        workers=workers,
+        workers=pool.workers,
         chunk_bytes=chunk,
         seconds=round(time.monotonic() - t0, 3),
         durable=durable,
     )
+
+
+def file_totals(plan: Plan) -> list[int]:
+    """Tensor bytes of each planned output file (headers excluded), in plan order."""
+    return [sum(_tensor_bytes(t) for t in f.tensors) for f in plan.files]
+
+
+def finish_output(
+    run: FileRun,
+    others: list[str],
+    sha: str,
+    weight_records: list[FileRecord],
+    hash_source: bool,
+) -> str:
+    """Side files, config, index, a last check of the source, then the manifest; its sha256.
+
+    The same for every way of writing the weight files (threads, Ray, parts + ``--finalize``):
+    the manifest depends only on the plan, the source and the weight files' records."""
+    plan, sources = run.plan, run.sources
+    other_records = run.write_others(others, sources.catalog)
+    used = sorted(
+        {sources.catalog.tensors[p.source].file for f in plan.files for t in f.tensors
+         for p in t.pieces}
+    )  # fmt: skip
+    sources.check_unchanged(used)
+    source_records = _source_records(sources, hash_source, run.progress)
+    manifest = Manifest(
+        ckpt_version=__version__,
+        plan_sha256=sha,
+        source=plan.source,
+        source_revision=plan.source_revision,
+        source_hashing="full" if hash_source else "header",
+        source_files=source_records,
+        recipe=plan.recipe,
+        options=plan.options,
+        files=[
+            WeightFileRecord(name=r.name, size=r.size, sha256=r.sha256, tensors=len(f.tensors))
+            for r, f in zip(weight_records, plan.files, strict=True)
+        ],
+        other_files=other_records,
+        tensor_count=plan.tensor_count(),
+        total_size=sum(file_totals(plan)),
+        dropped=plan.dropped,
+    )
+    manifest_sha = write_manifest(run.dst, manifest, durable=run.durable)
+    fault_point("manifest")
+    return manifest_sha
+
+
+class FilePool(Protocol):
+    """Writes the weight files ``todo`` (plan indexes) of a run, recording each as it ends."""
+
+    workers: int
+
+    def write(self, run: FileRun, todo: list[int]) -> None: ...
+
+
+class ThreadPool:
+    """``workers`` threads of this process, one output file per task (the default)."""
+
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    def write(self, run: FileRun, todo: list[int]) -> None:
+        run.write_files(todo, self.workers)
 
 
 def _tensor_bytes(t) -> int:  # type: ignore[no-untyped-def]
@@ -204,7 +254,7 @@ def _tensor_bytes(t) -> int:  # type: ignore[no-untyped-def]
     return tensor_nbytes(t.dtype, t.shape)
 
 
-def _check_plan(plan: Plan, catalog: Catalog) -> None:
+def check_plan(plan: Plan, catalog: Catalog) -> None:
     """Build every tensor's node tree once, to check the whole plan before anything is written
     (the trees are rebuilt per file while writing: memory stays flat on 100k-tensor plans)."""
     seen_files: set[str] = set()
@@ -232,7 +282,7 @@ def _check_name(name: str, what: str) -> None:
         raise InputError(f"{name!r}: {what} name must be a relative path inside DST; re-plan")
 
 
-def _other_files(plan: Plan, catalog: Catalog) -> list[str]:
+def other_files(plan: Plan, catalog: Catalog) -> list[str]:
     """Names of the non-weight files this run writes (side files, config, index)."""
     reserved = {MANIFEST_NAME, JOURNAL_NAME, INDEX_NAME} | {f.name for f in plan.files}
     names = []
@@ -255,7 +305,7 @@ def _other_files(plan: Plan, catalog: Catalog) -> list[str]:
     return sorted(names)
 
 
-class _Run:
+class FileRun:
     """State shared by the workers of one run (journal under a lock, stop flag)."""
 
     def __init__(
@@ -272,6 +322,7 @@ class _Run:
         self.durable = durable
         self.journal, self.chunk, self.progress = journal, chunk, progress
         self.stop = threading.Event()
+        self.prefetch = PREFETCH
         self._lock = threading.Lock()
         self._local = threading.local()
 
@@ -313,19 +364,26 @@ class _Run:
         self._map(self._write_file, todo, workers)
 
     def _write_file(self, i: int) -> None:
+        self.record(i, self.write_only(i))
+
+    def write_only(self, i: int) -> FileRecord:
+        """Write plan file ``i`` under its final name (atomically); its record. No journal."""
         ofile: OutputFile = self.plan.files[i]
         stream = self._stream()
         header = [(t.name, t.dtype, tuple(t.shape)) for t in ofile.tensors]
-        with SafetensorsWriter(
-            self.dst / ofile.name,
-            header,
-            metadata=WEIGHT_METADATA,
-            buffer_size=self.chunk,
-            durable=self.durable,
-        ) as w:
-            sink = _CountingSink(w, self.progress)
-            nodes = [build_node(t, self.sources.catalog.tensors) for t in ofile.tensors]
-            stream.reader.expect(nodes)  # remote sources prefetch these reads (issue 15)
+        nodes = [build_node(t, self.sources.catalog.tensors) for t in ofile.tensors]
+        stream.reader.expect(nodes)  # remote sources prefetch these reads (execute.remote_prefetch)
+        with (
+            SafetensorsWriter(
+                self.dst / ofile.name,
+                header,
+                metadata=WEIGHT_METADATA,
+                buffer_size=self.chunk,
+                durable=self.durable,
+            ) as w,
+            self._readahead(nodes) as pf,
+        ):
+            sink = _CountingSink(w, self.progress, pf)
             for t, node in zip(ofile.tensors, nodes, strict=True):
                 w.begin_tensor(t.name)
                 stream.fill(node, sink)
@@ -334,13 +392,36 @@ class _Run:
                 self.sources.catalog.tensors[p.source].file for t in ofile.tensors for p in t.pieces
             }
             self.sources.check_unchanged(sorted(files))
+        return FileRecord(name=ofile.name, size=w.size, sha256=w.sha256)
+
+    def record(self, i: int, rec: FileRecord, *, count_bytes: bool = False) -> None:
+        """Journal a committed file (under the lock) and report it; ``count_bytes``: its bytes
+        were written elsewhere (another process) and never reached ``progress.advance``."""
         with self._lock:
-            self.journal.done[ofile.name] = FileRecord(
-                name=ofile.name, size=w.size, sha256=w.sha256
-            )
-            write_journal(self.dst, self.journal, durable=self.durable)
+            self.journal.done[rec.name] = rec
+            self.save_journal(self.journal)
         fault_point("journal")
-        self.progress.file_done(ofile.name, sum(_tensor_bytes(t) for t in ofile.tensors))
+        nbytes = sum(_tensor_bytes(t) for t in self.plan.files[i].tensors)
+        if count_bytes:
+            self.progress.advance(nbytes)
+        self.progress.file_done(rec.name, nbytes)
+
+    def save_journal(self, journal: Journal) -> None:
+        """Persist the journal (a part run keeps its own record instead: ``distributed.parts``)."""
+        write_journal(self.dst, journal, durable=self.durable)
+
+    def _readahead(self, nodes: list[Node]) -> Prefetcher:
+        """Kernel read-ahead of a local file's source ranges in output order (``execute.readahead``)."""
+        if not self.prefetch:
+            return Prefetcher([])
+        ranges = merge_ranges(r for node in nodes for r in node_ranges(node))
+        try:
+            fds = {rel: self.sources.fd(rel) for rel in {r[0] for r in ranges}}
+        except (AttributeError, KeyError, TypeError, ValueError):  # no local descriptors
+            return Prefetcher([])
+        if not all(isinstance(fd, int) and fd >= 0 for fd in fds.values()):
+            return Prefetcher([])
+        return Prefetcher([(fds[rel], b, e) for rel, b, e in ranges])
 
     def _map(self, fn, items: list[int], workers: int) -> list:  # type: ignore[no-untyped-def]
         """Run ``fn`` over ``items``; on the first failure stop the others and raise it."""
@@ -386,8 +467,10 @@ class _Run:
 class _CountingSink:
     """The writer as a stream sink, reporting filled bytes to the progress display."""
 
-    def __init__(self, writer: SafetensorsWriter, progress: Progress) -> None:
-        self.writer, self.progress = writer, progress
+    def __init__(
+        self, writer: SafetensorsWriter, progress: Progress, prefetch: Prefetcher | None = None
+    ) -> None:
+        self.writer, self.progress, self.prefetch = writer, progress, prefetch
         self.capacity = writer.capacity
 
     def reserve(self, nbytes: int) -> memoryview:
@@ -396,10 +479,14 @@ class _CountingSink:
     def advance(self, nbytes: int) -> None:
         self.writer.advance(nbytes)
         self.progress.advance(nbytes)
+        if self.prefetch is not None:
+            self.prefetch.consumed(nbytes)
 
     def copy_range(self, fd: int, offset: int, nbytes: int, label: str) -> None:
         self.writer.copy_range(fd, offset, nbytes, label)
         self.progress.advance(nbytes)
+        if self.prefetch is not None:
+            self.prefetch.consumed(nbytes)
 
 
 def _record(name: str, data: bytes, sha: str) -> FileRecord:

@@ -203,10 +203,10 @@ class RangeReader:
 
     def expect(self, nodes: list[Any]) -> None:
         """The nodes the next output file streams, in order: a remote source prefetches
-        their byte ranges (``execute.prefetch``); a local one ignores the hint."""
+        their byte ranges (``execute.remote_prefetch``); a local one ignores the hint."""
         if self.sources.store is None:
             return
-        from checkpoint_tool.execute.prefetch import Prefetch, footprints
+        from checkpoint_tool.execute.remote_prefetch import Prefetch, footprints
 
         if self._prefetch is not None:
             self._prefetch.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from checkpoint_tool.execute.ops import CombineNode, PieceNode
-from checkpoint_tool.execute.prefetch import GAP, footprints, segments
+from checkpoint_tool.execute.remote_prefetch import GAP, footprints, segments
 
 
 def _piece(file: str, base: int, rows: tuple[int, int], shape=(8, 4), itemsize=2) -> PieceNode:
