@@ -140,7 +140,9 @@ def plan_for_catalog(
     else:
         chosen = load_recipe(recipe)
     resolved = resolve_catalog(catalog)
-    policy = build_policy(catalog, tp=options.tp, ep=ep, fse=options.fse, resolved=resolved)
+    policy = build_policy(
+        catalog, tp=options.tp, ep=ep, fse=options.fse, resolved=resolved, target=options.target
+    )
     return build_plan(catalog, policy, chosen, options, resolved=resolved)
 
 
@@ -156,6 +158,7 @@ def _metadata(ctx: PlanContext) -> dict[str, Any]:
         "layout": o.layout,
         "tp": o.tp,
         "fse": o.fse,
+        "target": target_of(o).name,
         "pad_to": geo.pad_to,
         "moe_intermediate_size": {"source": geo.size, "written": geo.padded},
         "fse_layers": sorted(k for k, v in ctx.fse_layers.items() if v),
@@ -215,12 +218,33 @@ def _exact_entries(config: dict | None) -> set[str]:
     return out
 
 
+def target_of(options: PlanOptions) -> Any:
+    """The engine ``Target`` of ``options.target`` (None: the default target)."""
+    from checkpoint_tool.policy.engine.model import load_rule_table
+
+    return load_rule_table().target(options.target)
+
+
+def serve_settings(target: Any, fse_on: list[int]) -> list[str]:
+    """Engine settings the output needs on ``target`` (empty: none), e.g.
+    ``["VLLM_ROCM_USE_AITER=1", "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1"]``."""
+    return list(target.env) if fse_on and target.fuses else []
+
+
 def _engine_notes(ctx: PlanContext, planned: Planned, fse_on: list[int]) -> list[str]:
     notes = []
-    if fse_on:
+    target = target_of(ctx.options)
+    if fse_on and not target.fuses:
+        notes.append(
+            f"shared experts were written as routed slots on MoE layer(s) {fse_on} (--fse on), "
+            f"but {target.name} does not fuse shared experts: the output does not load there "
+            f"(KeyError on experts.{{n_routed + j}}); serve it with {FSE_ENV}=1 on ROCm "
+            "(--target vllm-0.33-rocm-aiter-fse) or convert with --fse auto"
+        )
+    elif fse_on:
         notes.append(
             f"shared experts were written as routed slots on MoE layer(s) {fse_on}: serve with "
-            f"fused shared experts enabled in vLLM ({FSE_ENV}=1 on ROCm); without it the slots "
+            f"{' '.join(target.env)} ({target.name}); without FSE the slots "
             "experts.{n_routed + j} do not load (an error, not a silent drop)"
         )
     if ctx.options.layers is not None:

@@ -15,7 +15,12 @@ from checkpoint_tool.policy import PolicyReport, build_policy
 BLOCK_ONLY = "FP8 shared-expert FSE is only implemented for block-quantized checkpoints"
 
 
+#: the gates' own per-layer decisions (an engine with per-layer FSE; the stock default fuses none)
+PER_LAYER = "vllm-per-layer-fse"
+
+
 def _policy(synth_ckpt, preset: str, *, synth: dict | None = None, **options) -> PolicyReport:
+    options.setdefault("target", PER_LAYER)
     return build_policy(open_catalog(synth_ckpt(preset, **(synth or {}))), **options)
 
 
@@ -164,7 +169,7 @@ def test_deepseek_v4_native_fp4_experts_fp8_shared_refuse_fse_with_vllms_reason(
 
 def test_qwen35_singular_shared_expert_fuses(synth_ckpt):
     src = synth_ckpt("qwen3.5-moe-mxfp4")
-    r = build_policy(open_catalog(src), tp=2)
+    r = build_policy(open_catalog(src), tp=2, target=PER_LAYER)
     assert r.model.family == "qwen3_moe"
     assert r.summary.fse_enabled_layers == [0, 1, 2, 3]
     m = r.layer(1)

@@ -56,23 +56,33 @@ def render(table: RuleTable | None = None) -> str:
     out = [
         INTRO,
         "## Targets\n",
-        "| target | engine | version | FSE | MXFP4 round-up per backend |",
+        "| target | engine | version | device | FSE at load | settings | what |",
     ]
-    out.append("|---|---|---|---|---|")
+    out.append("|---|---|---|---|---|---|---|")
+    for name, t in sorted(table.targets.items()):
+        default = " (default)" if name == table.default_target else ""
+        env = " ".join(f"`{e}`" for e in t.env) or "—"
+        out.append(
+            f"| `{name}`{default} | {t.engine} | {t.version} | {t.device} | {t.fse} | {env} "
+            f"| {_cell(t.description)} |"
+        )
+    out += ["", "MXFP4 MoE per-rank intermediate round-up per `--moe-backend`:", ""]
+    out.append("| target | round-up per backend |")
+    out.append("|---|---|")
     for name, t in sorted(table.targets.items()):
         ru = ", ".join(f"{b} {m}" for b, m in sorted(t.mxfp4_round_up.items()))
         ru += f"; ROCm default {t.mxfp4_round_up_rocm_default}"
-        default = " (default)" if name == table.default_target else ""
-        out.append(f"| `{name}`{default} | {t.engine} | {t.version} | {t.fse} | {ru} |")
+        out.append(f"| `{name}` | {ru} |")
     out += ["", "## Rules\n"]
     out.append("| rule | versions | severity | what | engine message | mirrors |")
     out.append("|---|---|---|---|---|---|")
     for r in table.rules:
         up = f"`{_cell(r.upstream)}`" if r.upstream else "—"
+        where = f"`{r.source}`" + (f" {_cell(r.function)}" if r.function else "")
         flag = " (unverified, see note)" if not r.verified else ""
         out.append(
             f"| `{r.id}` | {r.engine} {_cell(r.versions)} | {r.severity}{flag} | {_cell(r.title)} "
-            f"| {up} | `{r.source}` |"
+            f"| {up} | {where} |"
         )
     notes = [r for r in table.rules if r.note]
     if notes:
