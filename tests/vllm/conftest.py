@@ -59,3 +59,38 @@ def engine(vllm_python: str) -> Callable[..., EngineResult]:
         return cache[key]
 
     return load
+
+
+def ckpt_cli(*argv: str) -> int:
+    """Run ``ckpt *argv`` in this process (what a user types); return the exit code."""
+    import sys
+
+    from checkpoint_tool.cli.app import main
+
+    saved = sys.argv
+    sys.argv = ["ckpt", *argv]
+    try:
+        main()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    finally:
+        sys.argv = saved
+    return 0
+
+
+@pytest.fixture(scope="session")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """``converted(src, "--tp", "2", ...) -> dst``: ``ckpt convert SRC DST ARGS`` once per
+    session and argument list; fails the test when convert exits non-zero."""
+    cache: dict[tuple[str, ...], Path] = {}
+
+    def make(src: Path, *args: str) -> Path:
+        key = (str(src), *args)
+        if key not in cache:
+            dst = tmp_path_factory.mktemp("converted") / "out"
+            code = ckpt_cli("convert", str(src), str(dst), "--no-fsync", *args)
+            assert code == 0, f"ckpt convert {src} {' '.join(args)} exited {code}"
+            cache[key] = dst
+        return cache[key]
+
+    return make
