@@ -85,7 +85,9 @@ def build_policy(
         routed = _stored_schemes(rc, layer, shared=False)
         shared = _stored_schemes(rc, layer, shared=True)
         stored[layer.layer] = (routed, shared)
-        gate = vllm_fse_gate(rc.qconfig, raw_qc, facts, layer) if layer.n_shared else None
+        gate = (
+            vllm_fse_gate(rc.qconfig, raw_qc, facts, layer, tgt.version) if layer.n_shared else None
+        )
         layout = layout_check(layer, routed, shared) if layer.n_shared else None
         if layer.layer in prefused:
             decisions[layer.layer] = prefused_decision(

