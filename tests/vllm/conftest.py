@@ -22,11 +22,14 @@ import pytest
 
 from checkpoint_tool.vllm_run import INSTALL_HINT, EngineResult, find_vllm_python, run_engine
 
+
+def _prompt(seed: int, n: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(1, 512) for _ in range(n)]
+
+
 #: teacher-forced prompts (token ids < 512, the tiny presets' vocab): fixed, several lengths
-PROMPTS: list[list[int]] = [
-    [random.Random(seed).randrange(1, 512) for _ in range(n)]
-    for seed, n in ((0, 12), (1, 7), (2, 16))
-]
+PROMPTS: list[list[int]] = [_prompt(0, 12), _prompt(1, 7), _prompt(2, 16)]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -22,7 +22,10 @@ import os
 import sys
 import types
 
-PACKED = {"gate_up_proj": ["gate_proj", "up_proj"], "fused_qkv_a_proj": ["q_a_proj", "kv_a_proj_with_mqa"]}
+PACKED = {
+    "gate_up_proj": ["gate_proj", "up_proj"],
+    "fused_qkv_a_proj": ["q_a_proj", "kv_a_proj_with_mqa"],
+}
 
 
 def _has(dist: str) -> bool:
