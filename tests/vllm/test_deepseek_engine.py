@@ -2,17 +2,21 @@
 
 Matrix (one engine load per checkpoint x TP x load format, shared through ``engine``):
 
-| source (synth, vLLM MLA geometry)  | ckpt convert                                | judged at |
+| source (synth, vLLM MLA geometry)  | ckpt convert                                 | judged at |
 |---|---|---|
-| BF16, n_shared 1, I 128            | hf --pad-to 128 (I_r 64 -> 128); vllm-sharded --pad-to 128; vllm-sharded | TP 2, 2, 1 |
-| BF16, n_shared 2, I 128            | vllm-sharded --pad-to 128                   | TP 2 |
-| block FP8, I 256 (aligned at TP 2) | hf; vllm-sharded                            | TP 2 |
-| block FP8, I 128 (I_r 64: vLLM refuses) | hf (ckpt pads); vllm-sharded           | TP 2 |
+| BF16, n_shared 1, I 128            | hf (the default command); vllm-sharded       | TP 2; TP 1 |
+| BF16, n_shared 1, I 128            | hf and vllm-sharded with --pad-to 128 (I_r 64 -> 128) | TP 2 |
+| BF16, n_shared 2, I 128            | vllm-sharded                                 | TP 2 |
+| block FP8, I 256 (aligned at TP 2) | hf; vllm-sharded                             | TP 2 |
+| block FP8, I 128 (I_r 64: vLLM refuses) | hf (ckpt pads); vllm-sharded            | TP 2 |
 
-BF16: prompt logprobs of the output equal the source's at the same TP, bit for bit (padding
-adds zero rows/columns, which changes no sum). FP8: vLLM's block-FP8 MoE path is compared with
-itself only (it deviates ~1 nat from the BF16 twin on any checkpoint once the intermediate has
-two K blocks), so hf == source and hf == vllm-sharded bit for bit.
+Bit for bit: an unpadded output and its source at the same TP; FP8 outputs and their source
+(vLLM's block-FP8 MoE path is only compared with itself: it deviates ~1 nat from the BF16 twin
+on any checkpoint once the intermediate has two K blocks); hf and vllm-sharded of the same
+conversion. Padding: zero rows/columns change no sum mathematically, but vLLM's CPU kernels
+accumulate a K of 128 in another order than a K of 64, so a padded BF16 output is compared with
+its source within ``PAD_TOLERANCE`` (measured: 0.008 nat at most; misaligned gate/up/down rows
+would be off by whole nats) and bit for bit between its two layouts.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import pytest
 BF16 = "deepseek-v3-bf16"
 FP8 = "deepseek-v3-fp8"
 FSE_OFF = ("--fse", "off")
+#: nats: padded BF16 vs its source (kernel accumulation order; see the module docstring)
+PAD_TOLERANCE = 0.05
 
 
 def _same(a, b) -> None:  # type: ignore[no-untyped-def]
@@ -38,17 +44,32 @@ def bf16(synth_ckpt):  # type: ignore[no-untyped-def]
     return synth_ckpt(BF16)
 
 
-def test_bf16_padded_hf_at_tp2_computes_the_source(engine, converted, bf16):
-    out = converted(bf16, "--tp", "2", "--pad-to", "128", *FSE_OFF)
-    cfg = json.loads((out / "config.json").read_text())
-    assert cfg["moe_intermediate_size"] == 256  # really padded: 64 -> 128 per rank
+def _close(a, b, tol: float) -> float:  # type: ignore[no-untyped-def]
+    assert a.loaded, a.failure_text()
+    assert b.loaded, b.failure_text()
+    worst = max(
+        abs(x - y)
+        for ra, rb in zip(a.prompt_logprobs, b.prompt_logprobs, strict=True)
+        for x, y in zip(ra, rb, strict=True)
+    )
+    assert worst <= tol, f"padded output differs from the source by {worst:.4f} nat"
+    return worst
+
+
+def test_default_convert_at_tp2_loads_and_computes_the_source(engine, converted, bf16):
+    out = converted(bf16, "--tp", "2")  # the command a user types: no FSE for a stock vLLM
+    assert json.loads((out / "config.json").read_text())["ckpt"]["fse_layers"] == []
     _same(engine(bf16, tp=2), engine(out, tp=2))
 
 
-def test_bf16_padded_vllm_sharded_at_tp2_computes_the_source(engine, converted, bf16):
-    out = converted(bf16, "--tp", "2", "--pad-to", "128", "--layout", "vllm-sharded", *FSE_OFF)
-    assert sorted(p.name for p in out.glob("model-rank-*"))[0].startswith("model-rank-0-part-0")
-    _same(engine(bf16, tp=2), engine(out, tp=2, load_format="sharded_state"))
+def test_bf16_padded_hf_and_sharded_at_tp2(engine, converted, bf16):
+    hf = converted(bf16, "--tp", "2", "--pad-to", "128", *FSE_OFF)
+    sharded = converted(bf16, "--tp", "2", "--pad-to", "128", "--layout", "vllm-sharded", *FSE_OFF)
+    cfg = json.loads((hf / "config.json").read_text())
+    assert cfg["moe_intermediate_size"] == 256  # really padded: 64 -> 128 per rank
+    padded = engine(hf, tp=2)
+    _close(engine(bf16, tp=2), padded, PAD_TOLERANCE)
+    _same(padded, engine(sharded, tp=2, load_format="sharded_state"))
 
 
 def test_bf16_vllm_sharded_at_tp1_computes_the_source(engine, converted, bf16):
@@ -56,9 +77,9 @@ def test_bf16_vllm_sharded_at_tp1_computes_the_source(engine, converted, bf16):
     _same(engine(bf16, tp=1), engine(out, tp=1, load_format="sharded_state"))
 
 
-def test_two_shared_experts_padded_vllm_sharded_at_tp2(engine, converted, synth_ckpt):
+def test_two_shared_experts_vllm_sharded_at_tp2(engine, converted, synth_ckpt):
     src = synth_ckpt(BF16, n_shared=2)
-    out = converted(src, "--tp", "2", "--pad-to", "128", "--layout", "vllm-sharded", *FSE_OFF)
+    out = converted(src, "--tp", "2", "--layout", "vllm-sharded", *FSE_OFF)
     _same(engine(src, tp=2), engine(out, tp=2, load_format="sharded_state"))
 
 
