@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from checkpoint_tool.cli.options import TargetOption
 from checkpoint_tool.cli.output import OutputFormat, emit
 from checkpoint_tool.errors import UsageError
 
@@ -30,6 +31,8 @@ Examples:
   ckpt validate /out/model --expect-policy policy.json --junit validate.xml
 
   ckpt validate /out/model --write-manifest
+
+  ckpt validate /out/model --target vllm-0.33-rocm-aiter-fse   # the engine it is for
 """
 
 
@@ -97,6 +100,7 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option(help="Also write the JUnit XML report to this file."),
         ] = None,
+        target: TargetOption = None,
     ) -> None:
         from checkpoint_tool.validate import ValidateOptions, validate_checkpoint
         from checkpoint_tool.validate.checks import CHECK_IDS
@@ -120,6 +124,7 @@ def register(app: typer.Typer) -> None:
             deep_layers=deep_layers,
             deep_tokens=deep_tokens,
             strict=strict,
+            target=target,
         )
         report = validate_checkpoint(path, options, only=list(only) if only else None)
         if junit is not None:
