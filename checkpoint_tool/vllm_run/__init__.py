@@ -159,4 +159,11 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-__all__ = ["INSTALL_HINT", "EngineResult", "engine_env", "find_vllm_python", "run_engine"]
+__all__ = [
+    "INSTALL_HINT",
+    "PYTHON_ENV",
+    "EngineResult",
+    "engine_env",
+    "find_vllm_python",
+    "run_engine",
+]

