@@ -12,6 +12,8 @@ EXPECTED = {
     "deepseek_v3": "deepseek-v3",
     "deepseek_v4": "deepseek-v4-amd",
     "qwen3_5_moe": "qwen3.5-moe",
+    # Qwen2-MoE / Qwen3-MoE: HF names are what vLLM's qwen2_moe.py / qwen3_moe.py load
+    "qwen3_moe": "generic",
 }
 
 
