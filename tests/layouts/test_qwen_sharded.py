@@ -42,6 +42,7 @@ def test_qwen2_qkv_bias_and_shared_expert_gate_per_rank(sharded):
         w = ranks[r][f"{L}.self_attn.qkv_proj.weight"]
         assert torch.equal(w[: qw.shape[0] // 2], half(qw))
         assert torch.equal(w[qw.shape[0] // 2 : qw.shape[0] // 2 + kw.shape[0] // 2], half(kw))
+        assert f"{L}.mlp.gate.weight" in ranks[r]
         gate = ranks[r][f"{L}.mlp.experts._shared_experts._layer.expert_gate.weight"]
         assert torch.equal(gate, read_tensor(cat, f"{L}.mlp.shared_expert_gate.weight"))
         w13 = ranks[r][f"{L}.mlp.experts.routed_experts.w13_weight"]
@@ -54,6 +55,10 @@ def test_qwen3_has_head_norms_and_no_shared_expert(sharded):
     _cat, plan, dst = sharded("qwen3-moe", 2)
     names = set(load_ranks(dst, 2)[1])
     assert "model.layers.2.self_attn.q_norm.weight" in names
+    # Qwen3MoeSparseMoeBlock hands its router to FusedMoEFactory(gate=...): MoERunner.gate
+    # is the smaller alias; Qwen2-MoE keeps mlp.gate (below)
+    assert "model.layers.2.mlp.experts.gate.weight" in names
+    assert "model.layers.2.mlp.gate.weight" not in names
     assert not any("shared" in n or n.endswith(".bias") for n in names)
     assert not plan.dropped
 

@@ -10,6 +10,9 @@ Matrix (one engine load per checkpoint x TP x load format, shared through ``engi
 | block FP8, I 256 (aligned at TP 2) | hf; vllm-sharded                             | TP 2 |
 | block FP8, I 128 (I_r 64: vLLM refuses) | hf (ckpt pads); vllm-sharded            | TP 2 |
 
+The FP8 rows need a CPU with AMX tiles (vLLM 0.32's only CPU block-FP8 kernel); elsewhere they
+skip with that reason (``fp8_engine``).
+
 Bit for bit: an unpadded output and its source at the same TP; FP8 outputs and their source
 (vLLM's block-FP8 MoE path is only compared with itself: it deviates ~1 nat from the BF16 twin
 on any checkpoint once the intermediate has two K blocks); hf and vllm-sharded of the same
@@ -83,7 +86,7 @@ def test_two_shared_experts_vllm_sharded_at_tp2(engine, converted, synth_ckpt):
     _same(engine(src, tp=2), engine(out, tp=2, load_format="sharded_state"))
 
 
-def test_fp8_aligned_hf_and_sharded_compute_the_source(engine, converted, synth_ckpt):
+def test_fp8_aligned_hf_and_sharded_compute_the_source(fp8_engine, engine, converted, synth_ckpt):
     src = synth_ckpt(FP8, moe_intermediate=256)
     hf = converted(src, "--tp", "2", *FSE_OFF)
     sharded = converted(src, "--tp", "2", "--layout", "vllm-sharded", *FSE_OFF)
@@ -92,7 +95,9 @@ def test_fp8_aligned_hf_and_sharded_compute_the_source(engine, converted, synth_
     _same(ref, engine(sharded, tp=2, load_format="sharded_state"))
 
 
-def test_fp8_source_vllm_refuses_at_tp2_loads_after_convert(engine, converted, synth_ckpt):
+def test_fp8_source_vllm_refuses_at_tp2_loads_after_convert(
+    fp8_engine, engine, converted, synth_ckpt
+):
     src = synth_ckpt(FP8)  # moe_intermediate 128: 64 per rank, half a 128 block
     refused = engine(src, tp=2)
     assert not refused.loaded

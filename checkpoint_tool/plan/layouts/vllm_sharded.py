@@ -57,14 +57,8 @@ def engine_config(ctx: PlanContext) -> dict[str, Any]:
 
 def model_instance(ctx: PlanContext, target: str = DEFAULT_TARGET) -> ModelInstance:
     """The target spec of ``ctx``'s model family applied to its (padded) config."""
-    spec = load_spec(ctx.facts.family, target)
     archs = (ctx.catalog.config or {}).get("architectures") or []
-    if spec.architectures and not set(archs) & set(spec.architectures):
-        raise UsageError(
-            f"--layout vllm-sharded: the {target} spec of family {spec.family!r} covers "
-            f"{', '.join(spec.architectures)}, not {', '.join(map(str, archs)) or 'this model'}; "
-            "use --layout hf"
-        )
+    spec = load_spec(ctx.facts.family, target, [str(a) for a in archs])
     inst = instantiate(spec, engine_config(ctx), ctx.fse_layers)
     wanted = ctx.options.layers
     if wanted is not None:  # partial conversion: only those layers, no global tensors
