@@ -60,7 +60,9 @@ def predicted(path: Path, tp: int) -> tuple[bool, str]:
         return False, f"unreadable: {result.exception.message}"
     assert result.exit_code in (0, 1), result.output
     engine = json.loads(result.stdout)["engine"]
-    errors = [f"[{f['rule']}] {f['message']}" for f in engine["findings"] if f["severity"] == "error"]
+    errors = [
+        f"[{f['rule']}] {f['message']}" for f in engine["findings"] if f["severity"] == "error"
+    ]
     return engine["summary"]["will_load"], "; ".join(errors) or engine["summary"]["text"]
 
 
