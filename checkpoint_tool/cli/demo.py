@@ -3,7 +3,8 @@
 Builds a small Quark hybrid checkpoint (block-FP8 attention, MXFP4 experts, per-layer mixed
 shared experts), then runs inspect -> plan -> convert (TP=2) -> verify -> validate on it,
 each step through the same command a user would type, so what the demo shows is what the
-commands do.
+commands do. It ends in a real engine when one is installed: vLLM loads a converted BF16
+twin at TP 2 and its prompt logprobs are compared with the source's (``demo_engine``).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ STEPS: list[tuple[str, str, set[int], str]] = [
         "inspect {src} --tp 2",
         {0, 1},
         "inspect exits 1 here on purpose: the *source* has findings. The TP errors are what "
-        "convert fixes by padding; the per-layer FSE mix is ckpt's point, and an engine that "
-        "fuses all-or-nothing needs `ckpt convert --fse off` instead.",
+        "convert fixes by padding. The per-layer FSE mix is what ckpt can write for an engine "
+        "that fuses per layer (`--target vllm-per-layer-fse`); the default target, a stock "
+        "vLLM, fuses none, so convert keeps the shared experts a separate MLP.",
     ),
     ("3. Plan the conversion (nothing is written)", "plan {src} --tp 2", {0}, ""),
     (
@@ -61,6 +63,21 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option(help="Folder for the demo checkpoints (default: a temporary folder)."),
         ] = None,
+        vllm_python: Annotated[
+            str | None,
+            typer.Option(
+                "--vllm-python",
+                envvar="CKPT_VLLM_PYTHON",
+                help="Python interpreter that has vLLM, for the last step (default: this one, "
+                "then ./.venv-vllm; `make test-vllm` builds that).",
+            ),
+        ] = None,
+        engine: Annotated[
+            bool,
+            typer.Option(
+                "--engine/--no-engine", help="End by loading an output in vLLM when installed."
+            ),
+        ] = True,
     ) -> None:
         from checkpoint_tool.cli.app import app as root
 
@@ -86,6 +103,8 @@ def register(app: typer.Typer) -> None:
                     console.print(f"[red]step exited with code {code}")
                 elif code != EXIT_OK:
                     console.print(f"[yellow]exit {code} (expected).[/] {note}")
+            if engine:
+                _engine_step(root, console, work, vllm_python, failed)
             console.print(Rule())
             if failed:
                 console.print(f"[red]demo finished with {len(failed)} failing step(s)")
@@ -96,6 +115,33 @@ def register(app: typer.Typer) -> None:
                 else "temporary outputs removed; pass --workdir DIR to keep them"
             )
             console.print(f"[green]demo finished: every step passed[/] ({where})")
+
+
+def _engine_step(
+    root: typer.Typer, console: Console, work: Path, python: str | None, failed: list
+) -> None:
+    from checkpoint_tool.cli.demo_engine import engine_check
+
+    title = "7. Load in a real vLLM: a BF16 twin, converted for TP=2, vs its source"
+    console.print(Rule(f"[bold]{title}"))
+
+    def convert(src: Path, dst: Path) -> int:
+        argv = ["convert", str(src), str(dst), "--tp", "2", "--overwrite", "--no-progress"]
+        console.print(f"[dim]$ ckpt {shlex.join(argv)}")
+        return _invoke(root, argv)
+
+    check = engine_check(work, python, convert)
+    if check.status == "skipped":
+        console.print(f"[yellow]skipped:[/] {check.message}")
+        return
+    colour = "green" if check.status == "passed" else "red"
+    console.print(f"[{colour}]{check.status}:[/] {check.message} ({check.seconds:.0f} s)")
+    console.print(
+        "[dim]vLLM's CPU build has no MXFP4/NVFP4 kernels: the MXFP4 output above is checked "
+        "by ckpt's own runtime (step 5); see docs/vllm-proof.md[/]"
+    )
+    if check.status != "passed":
+        failed.append((title, 1))
 
 
 def _invoke(root: typer.Typer, argv: list[str]) -> int:

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from checkpoint_tool.cli.options import FseOption
+from checkpoint_tool.cli.options import FseOption, TargetOption
 from checkpoint_tool.cli.output import OutputFormat, emit
 from checkpoint_tool.errors import EXIT_FINDINGS
 
@@ -66,14 +66,7 @@ def register(app: typer.Typer) -> None:
             InspectFormat,
             typer.Option("--format", help="human, json, markdown or html (a page: the layer map)."),
         ] = InspectFormat.human,
-        target: Annotated[
-            str | None,
-            typer.Option(
-                "--target",
-                help="Engine release to check against, e.g. vllm-0.33 (default: the newest "
-                "supported); adds the `engine` section. See docs/engine-compat.md.",
-            ),
-        ] = None,
+        target: TargetOption = None,
         moe_backend: Annotated[
             str | None,
             typer.Option(
@@ -91,7 +84,9 @@ def register(app: typer.Typer) -> None:
             catalog = open_catalog(src, headers_only=True, meanwhile=_import_policy)
             from checkpoint_tool.policy import build_policy
 
-            report = build_policy(catalog, tp=tp, ep=ep, eplb=eplb, all2all=all2all, fse=fse.value)
+            report = build_policy(
+                catalog, tp=tp, ep=ep, eplb=eplb, all2all=all2all, fse=fse.value, target=target
+            )
         # engine section (issue 10): what the target engine does with this checkpoint
         from checkpoint_tool.policy.engine import build_engine_report
         from checkpoint_tool.policy.engine.render import with_engine

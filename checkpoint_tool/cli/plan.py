@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
+from checkpoint_tool.cli.options import TargetOption
 from checkpoint_tool.cli.output import BasicFormat, emit
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.plan.model import Plan, PlanOptions
@@ -141,6 +142,9 @@ def render_plan(plan: BaseModel, console: Console) -> None:
             console.print(f"  [dim]... {len(plan.dropped) - 5} more (see --format json)[/]")
     for note in plan.notes:
         console.print(f"[yellow]note:[/] {note}")
+    from checkpoint_tool.cli.convert import render_target
+
+    render_target(plan, console)
     console.print("[dim]nothing was written; `ckpt convert` runs this plan[/]")
 
 
@@ -152,6 +156,7 @@ def register(app: typer.Typer) -> None:
             "reading only headers and config.json; nothing is written.\n\n"
             "Examples:\n\n  ckpt plan /models/DeepSeek-R1 --tp 8\n\n"
             "  ckpt plan ./quark-hybrid --tp 2 --fse off --max-shard-size 2GB\n\n"
+            "  ckpt plan ./quark-hybrid --tp 2 --target vllm-per-layer-fse\n\n"
             "  ckpt plan ./ckpt --layers 3,4 --format json > plan.json"
         ),
     )
@@ -166,8 +171,11 @@ def register(app: typer.Typer) -> None:
         tp: Annotated[int, typer.Option(help="Tensor-parallel size the output is padded for.")] = 1,
         fse: Annotated[
             str,
-            typer.Option(help="Fused shared experts: auto (policy decides per layer), on, off."),
+            typer.Option(
+                help="Fused shared experts: auto (what the --target engine fuses), on, off."
+            ),
         ] = "auto",
+        target: TargetOption = None,
         pad_to: Annotated[
             int | None,
             typer.Option(
@@ -204,6 +212,7 @@ def register(app: typer.Typer) -> None:
             tp=tp,
             layout=layout,  # type: ignore[arg-type]
             fse=fse,  # type: ignore[arg-type]
+            target=target,
             pad_to=pad_to,
             max_shard_size=parse_size(max_shard_size),
             layers=parse_layers(layers),

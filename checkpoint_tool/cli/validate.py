@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from checkpoint_tool.cli.options import TargetOption
 from checkpoint_tool.cli.output import OutputFormat, emit
 from checkpoint_tool.errors import UsageError
 
@@ -34,6 +35,7 @@ Examples:
   ckpt validate /out/model --expect-policy policy.json --format html > validate.html
 
   ckpt validate /out/model --format junit --html validate.html > validate.xml
+  ckpt validate /out/model --target vllm-0.33-rocm-aiter-fse   # the engine it is for
 """
 
 
@@ -112,6 +114,7 @@ def register(app: typer.Typer) -> None:
                 "--html", help="Also write the HTML report (with the layer map) to this file."
             ),
         ] = None,
+        target: TargetOption = None,
     ) -> None:
         from checkpoint_tool.validate import ValidateOptions, validate_checkpoint
         from checkpoint_tool.validate.checks import CHECK_IDS
@@ -135,6 +138,7 @@ def register(app: typer.Typer) -> None:
             deep_layers=deep_layers,
             deep_tokens=deep_tokens,
             strict=strict,
+            target=target,
         )
         report = validate_checkpoint(path, options, only=list(only) if only else None)
         if junit is not None:
@@ -148,7 +152,7 @@ def register(app: typer.Typer) -> None:
 
         def html(r: object) -> str:
             if not page:
-                page.append(_render_html(r, path, expect_policy))
+                page.append(_render_html(r, path, expect_policy, target))
             return page[0]
 
         if html_file is not None:
@@ -178,7 +182,9 @@ def _write_page(dst: Path, text: str) -> None:
         raise UsageError(f"{dst}: cannot write the HTML report ({exc.strerror})") from exc
 
 
-def _render_html(report: object, path: str, expect_policy: Path | None) -> str:
+def _render_html(
+    report: object, path: str, expect_policy: Path | None, target: str | None
+) -> str:
     """``--format html`` (issue 19): the report, plus the layer map of the checkpoint's policy
     (built as ``ckpt inspect`` does, with the options of ``--expect-policy`` when given)."""
     from checkpoint_tool.errors import CkptError
@@ -186,7 +192,7 @@ def _render_html(report: object, path: str, expect_policy: Path | None) -> str:
 
     policy, note = None, None
     try:
-        policy = _policy_for_map(path, expect_policy)
+        policy = _policy_for_map(path, expect_policy, target)
     except CkptError as exc:
         note = f"no layer map: the policy could not be built ({exc.message})"
     if policy is not None and not policy.moe_layers:
@@ -194,20 +200,28 @@ def _render_html(report: object, path: str, expect_policy: Path | None) -> str:
     return render_validate_html(report, policy, note)  # type: ignore[arg-type]
 
 
-def _policy_for_map(path: str, expect_policy: Path | None) -> object:
+def _policy_for_map(path: str, expect_policy: Path | None, target: str | None) -> object:
+    """The policy drawn on the map: for the engine and TP the ``engine_loads`` verdict judges
+    (``--target``, else config.json's ``ckpt.target`` / ``ckpt.tp``), or ``--expect-policy``'s."""
     from checkpoint_tool.catalog import open_catalog
     from checkpoint_tool.policy import build_policy
     from checkpoint_tool.policy.engine import build_engine_report
     from checkpoint_tool.policy.engine.render import with_engine
     from checkpoint_tool.validate.drift import load_expected_policy
 
-    opts = {"tp": 1, "ep": False, "eplb": False, "all2all": None, "fse": "auto"}
+    catalog = open_catalog(path, headers_only=True)
+    meta = (catalog.config or {}).get("ckpt") if isinstance(catalog.config, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    tp = meta.get("tp") if isinstance(meta.get("tp"), int) and meta["tp"] > 0 else 1
+    recorded = meta.get("target") if isinstance(meta.get("target"), str) else None
+    opts = {"tp": tp, "ep": False, "eplb": False, "all2all": None, "fse": "auto"}
+    target = target or recorded
     if expect_policy is not None:
         e = load_expected_policy(expect_policy)
         opts = {"tp": e.tp, "ep": e.ep, "eplb": e.eplb, "all2all": e.all2all, "fse": e.fse_mode}
-    catalog = open_catalog(path, headers_only=True)
-    report = build_policy(catalog, **opts)
+        target = e.target or target  # as the drift rule rebuilds it
+    report = build_policy(catalog, **opts, target=target)
     engine = build_engine_report(
-        catalog, report, None, opts["tp"], None, opts["ep"], opts["eplb"], opts["all2all"]
+        catalog, report, target, opts["tp"], None, opts["ep"], opts["eplb"], opts["all2all"]
     )
     return with_engine(report, engine)

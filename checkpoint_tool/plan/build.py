@@ -106,7 +106,7 @@ def build_plan(
     notes = [*ctx.notes, *config_notes, *check_notes, *_engine_notes(ctx, planned, fse_on)]
     return Plan(
         ckpt_version=__version__,
-        source=str(catalog.source or catalog.root),
+        source=source_label(catalog),
         source_revision=catalog.revision,
         recipe=recipe.name if not recipe.origin or recipe.origin == recipe.name else recipe.origin,
         options=options,
@@ -119,6 +119,48 @@ def build_plan(
         summary=summary,
         notes=notes,
     )
+
+
+def source_label(catalog: Catalog) -> str:
+    """How outputs name their source, the same on any machine (no local paths).
+
+    A hub source is its repo id (the revision is recorded next to it); a local one is
+    ``sha256:<hex>`` over config.json, hf_quant_config.json, the index and every shard's name
+    and header bytes (names, dtypes, shapes, offsets: cheap, ~KB per shard; ``--hash-source``
+    adds full data hashes to the manifest). Example: ``"sha256:9f2c...e1"`` or
+    ``"deepseek-ai/DeepSeek-R1"``.
+    """
+    import hashlib
+    from pathlib import Path
+
+    cached = getattr(catalog, "_source_label", None)
+    if cached:
+        return cached
+    given = str(catalog.source or "")
+    if given and not Path(given).expanduser().exists():  # resolve_source took it as a repo id
+        label = given.removeprefix("hf://").split("@", 1)[0]
+    else:
+        h = hashlib.sha256()
+
+        def feed(name: str, data: bytes) -> None:
+            raw = name.encode()
+            h.update(len(raw).to_bytes(8, "little") + raw + len(data).to_bytes(8, "little") + data)
+
+        for name in ("config.json", "hf_quant_config.json", INDEX_NAME):
+            path = catalog.root / name
+            if path.is_file():
+                feed(name, path.read_bytes())
+        for name in sorted(catalog.files):
+            with open(catalog.root / name, "rb") as f:
+                head = f.read(8)
+                size = int.from_bytes(head, "little") if len(head) == 8 else 0
+                feed(name, head + f.read(size))
+        label = f"sha256:{h.hexdigest()}"
+    try:
+        object.__setattr__(catalog, "_source_label", label)
+    except (AttributeError, TypeError):
+        pass
+    return label
 
 
 def plan_for_catalog(
@@ -140,7 +182,9 @@ def plan_for_catalog(
     else:
         chosen = load_recipe(recipe)
     resolved = resolve_catalog(catalog)
-    policy = build_policy(catalog, tp=options.tp, ep=ep, fse=options.fse, resolved=resolved)
+    policy = build_policy(
+        catalog, tp=options.tp, ep=ep, fse=options.fse, resolved=resolved, target=options.target
+    )
     return build_plan(catalog, policy, chosen, options, resolved=resolved)
 
 
@@ -150,12 +194,13 @@ def _metadata(ctx: PlanContext) -> dict[str, Any]:
     o = ctx.options
     meta: dict[str, Any] = {
         "ckpt_version": __version__,
-        "source": str(ctx.catalog.source or ctx.catalog.root),
+        "source": source_label(ctx.catalog),
         "source_revision": ctx.catalog.revision,
         "recipe": ctx.recipe.name,
         "layout": o.layout,
         "tp": o.tp,
         "fse": o.fse,
+        "target": target_of(o).name,
         "pad_to": geo.pad_to,
         "moe_intermediate_size": {"source": geo.size, "written": geo.padded},
         "fse_layers": sorted(k for k, v in ctx.fse_layers.items() if v),
@@ -215,12 +260,33 @@ def _exact_entries(config: dict | None) -> set[str]:
     return out
 
 
+def target_of(options: PlanOptions) -> Any:
+    """The engine ``Target`` of ``options.target`` (None: the default target)."""
+    from checkpoint_tool.policy.engine.model import load_rule_table
+
+    return load_rule_table().target(options.target)
+
+
+def serve_settings(target: Any, fse_on: list[int]) -> list[str]:
+    """Engine settings the output needs on ``target`` (empty: none), e.g.
+    ``["VLLM_ROCM_USE_AITER=1", "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1"]``."""
+    return list(target.env) if fse_on and target.fuses else []
+
+
 def _engine_notes(ctx: PlanContext, planned: Planned, fse_on: list[int]) -> list[str]:
     notes = []
-    if fse_on:
+    target = target_of(ctx.options)
+    if fse_on and not target.fuses:
+        notes.append(
+            f"shared experts were written as routed slots on MoE layer(s) {fse_on} (--fse on), "
+            f"but {target.name} does not fuse shared experts: the output does not load there "
+            f"(KeyError on experts.{{n_routed + j}}); serve it with {FSE_ENV}=1 on ROCm "
+            "(--target vllm-0.33-rocm-aiter-fse) or convert with --fse auto"
+        )
+    elif fse_on:
         notes.append(
             f"shared experts were written as routed slots on MoE layer(s) {fse_on}: serve with "
-            f"fused shared experts enabled in vLLM ({FSE_ENV}=1 on ROCm); without it the slots "
+            f"{' '.join(target.env)} ({target.name}); without FSE the slots "
             "experts.{n_routed + j} do not load (an error, not a silent drop)"
         )
     if ctx.options.layers is not None:

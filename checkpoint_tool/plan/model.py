@@ -98,6 +98,9 @@ class PlanOptions(BaseModel):
     tp: int = 1
     layout: Literal["hf", "vllm-sharded"] = "hf"
     fse: Literal["auto", "on", "off"] = "auto"
+    #: the engine target the output is for (``--target``; None: the default target, the newest
+    #: stock vLLM on CUDA); ``--fse auto`` fuses what it fuses when it loads the output
+    target: str | None = None
     pad_to: int | None = None
     max_shard_size: int = 5 * 1000**3
     layers: list[int] | None = None

@@ -21,7 +21,7 @@ from typing import Any
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.model import PROJS, ModelFacts, MoeLayerFacts, family_of, model_facts
 from checkpoint_tool.policy.consistency import moe_structure_issues, unmatched_pattern_issues
-from checkpoint_tool.policy.fse import apply_model_rules, decide_layer
+from checkpoint_tool.policy.fse import apply_model_rules, decide_layer, prefused_decision
 from checkpoint_tool.policy.fse_gates import vllm_fse_gate
 from checkpoint_tool.policy.fse_layout import layout_check
 from checkpoint_tool.policy.report import (
@@ -50,11 +50,18 @@ def build_policy(
     all2all: str | None = None,
     fse: FseMode = "auto",
     resolved: ResolvedCatalog | None = None,
+    target: Any = None,
 ) -> PolicyReport:
     """The per-layer policy of ``catalog`` for ``--tp``/``--ep``/``--eplb``/``--all2all``/``--fse``.
 
-    ``resolved`` may be passed when the caller already resolved the catalog.
+    ``target`` is the engine the output is for (a name, an engine ``Target``, or None: the
+    default target, the newest stock vLLM on CUDA): under ``--fse auto`` only what it fuses at
+    load time is fused. ``resolved`` may be passed when the caller already resolved the catalog.
     """
+    from checkpoint_tool.policy.engine.model import Target, load_rule_table
+    from checkpoint_tool.policy.prefused import prefused_slots
+
+    tgt = target if isinstance(target, Target) else load_rule_table().target(target)
     if tp < 1:
         raise UsageError(f"--tp must be >= 1, got {tp}")
     if fse not in FSE_MODES:
@@ -69,6 +76,7 @@ def build_policy(
     if family_of(config) == "generic":
         shapes = {n: e.shape for n, e in catalog.tensors.items()}
     facts = model_facts(config, catalog.tensors, tensor_shapes=shapes)
+    prefused = prefused_slots(config)
 
     layers: list[MoeLayerPolicy] = []
     decisions: dict[int, FseDecision] = {}
@@ -77,13 +85,20 @@ def build_policy(
         routed = _stored_schemes(rc, layer, shared=False)
         shared = _stored_schemes(rc, layer, shared=True)
         stored[layer.layer] = (routed, shared)
-        gate = vllm_fse_gate(rc.qconfig, raw_qc, facts, layer) if layer.n_shared else None
+        gate = (
+            vllm_fse_gate(rc.qconfig, raw_qc, facts, layer, tgt.version) if layer.n_shared else None
+        )
         layout = layout_check(layer, routed, shared) if layer.n_shared else None
+        if layer.layer in prefused:
+            decisions[layer.layer] = prefused_decision(
+                prefused[layer.layer], layer.shared_chunk_size
+            )
+            continue
         decisions[layer.layer] = decide_layer(
             layer, gate=gate or _NA, layout=layout or _NA, mode=fse
         )
     decisions, option_issues = apply_model_rules(
-        decisions, mode=fse, ep=ep, eplb=eplb, all2all=all2all
+        decisions, mode=fse, ep=ep, eplb=eplb, all2all=all2all, target=tgt
     )
     for layer in facts.moe_layers:
         routed, shared = stored[layer.layer]
@@ -91,7 +106,7 @@ def build_policy(
 
     where = str(catalog.root / "config.json")
     # rc.issues last: on a large catalog they may still be computed by a forked child
-    structure = moe_structure_issues(facts, catalog.tensors)
+    structure = moe_structure_issues(facts, catalog.tensors, prefused)
     unmatched = unmatched_pattern_issues(rc.qconfig, catalog.tensors, where)
     padding = padding_issues(layers)
     issues: list[Issue] = [*option_issues, *rc.issues, *structure, *unmatched, *padding]
@@ -104,6 +119,7 @@ def build_policy(
         eplb=eplb,
         all2all=all2all,
         fse_mode=fse,
+        target=tgt.name,
         moe_layers=layers,
         summary=summarize(layers, issues),
         issues=issues,

@@ -74,8 +74,16 @@ def scan_expert_tensors(names: Iterable[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def moe_structure_issues(facts: ModelFacts, entries: Mapping[str, Any]) -> list[Issue]:
+def moe_structure_issues(
+    facts: ModelFacts,
+    entries: Mapping[str, Any],
+    prefused: Mapping[int, list[int]] | None = None,
+) -> list[Issue]:
     """Structural findings; ``entries`` maps tensor names to catalog entries (shape, file).
+
+    ``prefused`` (``policy.prefused.prefused_slots``): MoE layer -> routed slots a previous
+    ``ckpt convert`` filled with the shared experts; those slots are expected, the shared
+    MLP is not (a missing slot weight is an error).
 
     Routed experts of one layer cannot resolve to different schemes: vLLM resolves the
     FusedMoE layer once (and ``resolve_catalog`` flags weights whose dtype disagrees)."""
@@ -100,7 +108,8 @@ def moe_structure_issues(facts: ModelFacts, entries: Mapping[str, Any]) -> list[
             )
         )
     for layer in facts.moe_layers:
-        issues += _layer_issues(layer, scan.get(layer.prefix), entries)
+        slots = (prefused or {}).get(layer.layer, [])
+        issues += _layer_issues(layer, scan.get(layer.prefix), entries, slots)
     return issues
 
 
@@ -108,6 +117,7 @@ def _layer_issues(
     layer: MoeLayerFacts,
     g: dict[str, Any] | None,
     entries: Mapping[str, Any],
+    slots: list[int] | None = None,
 ) -> list[Issue]:
     issues: list[Issue] = []
     routed = layer.routed_prefix
@@ -147,7 +157,29 @@ def _layer_issues(
                     entries,
                 )
             )
-    extra = sorted(e for e in (g or {}).get("experts", ()) if e >= layer.n_routed)
+    fused = set(slots or ())
+    extra = sorted(
+        e for e in (g or {}).get("experts", ()) if e >= layer.n_routed and e not in fused
+    )
+    if fused and layer.naming.routed_layout != "fused_3d":
+        leaves = sorted({layer.routed_module(0, p).rsplit(".", 1)[1] for p in PROJS})
+        absent = [
+            name
+            for e in sorted(fused)
+            for leaf in leaves
+            if (name := f"{routed}.{e}.{leaf}.weight") not in entries
+        ]
+        if absent:
+            issues.append(
+                _issue(
+                    "fse_slot_missing",
+                    f"{routed}: config.json ckpt.fse_slots names slot(s) {sorted(fused)} but "
+                    f"{len(absent)} slot weight(s) are missing (first: {absent[0]}); the "
+                    "output of ckpt convert is incomplete: convert again",
+                    None,
+                    entries,
+                )
+            )
     if extra:
         tensor = _first_name(entries, f"{routed}.{extra[0]}.")
         issues.append(
@@ -171,7 +203,7 @@ def _layer_issues(
                 entries,
             )
         )
-    elif layer.n_shared > 0:
+    elif layer.n_shared > 0 and not fused:
         missing = [f"{m}.weight" for m in layer.shared_modules() if f"{m}.weight" not in entries]
         if missing:
             issues.append(

@@ -5,6 +5,14 @@ vLLM's gate (``fse_gates``) -> ckpt's layout check (``fse_layout``) -> enabled, 
 chunk ``j`` going to routed slot ``n_routed + j``. Decisions are per layer: a model may fuse
 some layers and not others.
 
+Then the target's rule (``--fse auto`` only): fuse exactly what the ``--target`` engine fuses
+when it loads the output. A stock CUDA / CPU vLLM fuses none (FSE is a ROCm AITER feature,
+off unless ``VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1``), so every layer stays unfused; an
+all-or-nothing engine (0.33 with AITER FSE) fuses every MoE layer or none, so one layer its
+gate refuses turns FSE off everywhere; a per-layer engine keeps the per-layer decisions.
+``--fse on`` ignores the target (slots wherever the gates allow; the engine verdict says
+which targets load the result).
+
 Then one model-wide rule: with expert parallelism (``--ep``), the EP load balancer
 (``--eplb``) or the ``nixl_ep`` all-to-all backend, a layer mix is not supported (the EP
 expert map needs one physical expert count for every layer, as in the reference engine). With
@@ -20,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from checkpoint_tool.model import MoeLayerFacts
 from checkpoint_tool.policy.fse_gates import GateResult
@@ -29,6 +38,14 @@ from checkpoint_tool.report import Issue
 OPTION_REASONS: dict[str, str] = {
     "no_shared_experts": "the layer has no shared experts",
     "fse_off": "fused shared experts are turned off (--fse off)",
+    "target_no_fse": (
+        "{target} does not fuse shared experts ({why}); they stay a separate MLP"
+    ),
+    "target_all_or_nothing": (
+        "{target} fuses shared experts on every MoE layer or none, and {n_off} layer(s) "
+        "cannot fuse, so FSE is off on every layer"
+    ),
+    "prefused": "the shared experts were already written as routed slots {slots} (config.json ckpt.fse_slots)",
     "parallel_mixed": (
         "mixed per-layer FSE is not supported with {flags}: {n_on} enabled and {n_off} "
         "disabled layers, so FSE is off on every layer"
@@ -89,6 +106,49 @@ def parallel_flags(*, ep: bool, eplb: bool, all2all: str | None) -> list[str]:
     return flags
 
 
+def prefused_decision(slots: list[int], chunk_size: int) -> FseDecision:
+    """A layer whose shared experts a previous ``ckpt convert`` wrote as routed slots."""
+    return FseDecision(
+        enabled=True,
+        code="prefused",
+        reason=OPTION_REASONS["prefused"].format(slots=slots),
+        source="ckpt",
+        slots=list(slots),
+        chunk_size=chunk_size,
+    )
+
+
+def apply_target_rule(
+    decisions: dict[int, FseDecision], *, mode: FseMode, target: Any
+) -> dict[int, FseDecision]:
+    """``--fse auto``: keep only what ``target`` (an engine ``Target``) fuses at load time."""
+    if mode != "auto" or target is None or target.fse == "per_layer":
+        return decisions
+    out = dict(decisions)
+    movable = {k: d for k, d in decisions.items() if d.enabled and d.code == "ok"}
+    if target.fse == "none":
+        why = (
+            f"stock vLLM on {target.device}: FSE is a ROCm AITER feature, see "
+            "--target vllm-0.33-rocm-aiter-fse"
+        )
+        params = {"target": target.name, "why": why}
+        for k in movable:
+            out[k] = _off("target_no_fse", OPTION_REASONS["target_no_fse"], params, "target")
+        return out
+    off = [
+        k
+        for k, d in decisions.items()
+        if not d.enabled and d.code not in ("no_shared_experts", "fse_off")
+    ]
+    if off and movable:
+        params = {"target": target.name, "n_off": str(len(off))}
+        for k in movable:
+            out[k] = _off(
+                "target_all_or_nothing", OPTION_REASONS["target_all_or_nothing"], params, "target"
+            )
+    return out
+
+
 def apply_model_rules(
     decisions: dict[int, FseDecision],
     *,
@@ -96,10 +156,17 @@ def apply_model_rules(
     ep: bool,
     eplb: bool,
     all2all: str | None,
+    target: Any = None,
 ) -> tuple[dict[int, FseDecision], list[Issue]]:
-    """Apply the model-wide rules: parallelism flags against a layer mix, and ``--fse on``."""
+    """Apply the model-wide rules: the target's (``--fse auto``), parallelism flags against a
+    layer mix, and ``--fse on``."""
     issues: list[Issue] = []
-    applicable = {k: d for k, d in decisions.items() if d.code != "no_shared_experts"}
+    decisions = apply_target_rule(decisions, mode=mode, target=target)
+    applicable = {
+        k: d
+        for k, d in decisions.items()
+        if d.code != "no_shared_experts" and d.source != "target"
+    }
     on = sorted(k for k, d in applicable.items() if d.enabled)
     off = sorted(k for k, d in applicable.items() if not d.enabled)
     flags = parallel_flags(ep=ep, eplb=eplb, all2all=all2all)

@@ -1,18 +1,25 @@
-"""vLLM's FSE compatibility gates, mirrored: may a layer's shared expert join the routed GEMM?
+"""vLLM's FSE compatibility gate, mirrored: may a layer's shared expert join the routed GEMM?
 
 This mirrors ``is_shared_expert_quant_fse_compatible`` in vLLM's
-``vllm/model_executor/layers/quantization/utils/config_utils.py`` (0.33), branch by branch,
-and returns its reason strings **verbatim** (``{prefix}`` is the shared-expert module):
+``vllm/model_executor/layers/quantization/utils/config_utils.py``, branch by branch in vLLM's
+order, per target version, and returns its reason strings **verbatim** (``{prefix}`` is the
+shared-expert module). It reads the raw ``quantization_config`` as vLLM does
+(``policy.vllm_names``). The branch is chosen by the vLLM config *class* that would load the
+checkpoint (``vllm_class_name``), not by the model family:
 
 - no quantization config -> compatible;
-- DeepSeek-V4 (``DeepseekV4FP8Config``, any DSV4 model): routed experts must be fp4, the
-  config must be a Quark MXFP4 export, the shared expert not excluded (``startswith``) and
-  its ``w1`` spec (exact key, then ``re:`` keys by fullmatch, then global) must be fp4;
-- Quark: no shared projection excluded; every shared projection shard's spec equal (dict
-  equality) to the routed experts' spec;
-- FP8 (``Fp8Config``, DeepSeek native): ``weight_block_size`` required; routed and shared
-  ignored alike;
-- anything else (ModelOpt, ...): "not implemented for <vLLM class>".
+- ``DeepseekV4FP8Config`` (quant_method fp8 / deepseek_v4_fp8 on ``model_type: deepseek_v4``;
+  ``expert_dtype`` missing means fp4, ``deepseek_v4/quant_config.py``): 0.32 takes the DSV4
+  branch for any expert dtype ("routed experts are not MXFP4" when not fp4); 0.33 only when
+  fp4, fp8 experts fall through to the ``Fp8Config`` branch (its subclass). The DSV4 branch:
+  config.json's quantization_config must be a Quark MXFP4 export, the shared expert not
+  excluded (``startswith``) and its ``w1`` spec fp4. 0.33 says "DeepSeek-V4/V4.1 ...";
+- ``QuarkConfig`` (a DeepSeek-V4 Quark export too): no shared projection excluded
+  (``should_ignore_layer``; shards that disagree raise), and every shared projection shard's
+  ``layer_quant_config`` entry (or global) equal to the routed experts' entry (or global);
+- ``Fp8Config``: no ``store_dtype``, ``weight_block_size`` required, routed and shared
+  ignored alike (``is_layer_skipped``);
+- anything else (ModelOpt NVFP4 / FP8, ...): "not implemented for <vLLM class>".
 
 Example::
 
@@ -27,6 +34,12 @@ import re
 from typing import Any, NamedTuple
 
 from checkpoint_tool.model import ModelFacts, MoeLayerFacts
+from checkpoint_tool.policy.vllm_names import (
+    VllmRaises,
+    fp8_skipped,
+    quark_ignored,
+    quark_layer_config,
+)
 from checkpoint_tool.quant.configs import (
     DeepSeekFp8Config,
     DeepSeekV4Config,
@@ -35,16 +48,19 @@ from checkpoint_tool.quant.configs import (
     QuarkConfig,
 )
 
-#: code -> reason template, exactly as vLLM words it
+#: code -> reason template, exactly as vLLM 0.33 words it
 VLLM_REASONS: dict[str, str] = {
-    "dsv4_routed_not_mxfp4": "DeepSeek-V4 routed experts are not MXFP4",
-    "dsv4_no_quant_config": "DeepSeek-V4 has no quantization configuration",
-    "dsv4_not_quark_mxfp4": "DeepSeek-v4 FSE is only implemented/tested with Quark MXFP4",
-    "dsv4_excludes_shared": "DeepSeek-V4 excludes shared experts at {prefix}",
-    "dsv4_shared_not_mxfp4": "DeepSeek-V4 shared experts at {prefix} are not MXFP4",
+    "dsv4_no_quant_config": "DeepSeek-V4/V4.1 has no quantization configuration",
+    "dsv4_not_quark_mxfp4": "DeepSeek-V4/V4.1 FSE is only implemented/tested with Quark MXFP4",
+    "dsv4_excludes_shared": "DeepSeek-V4/V4.1 excludes shared experts at {prefix}",
+    "dsv4_shared_not_mxfp4": "DeepSeek-V4/V4.1 shared experts at {prefix} are not MXFP4",
     "quark_excludes_shared": "Quark excludes shared experts at {prefix}",
     "quark_different_configs": (
         "Quark uses different quantization configurations for routed and shared experts at {prefix}"
+    ),
+    "fp8_store_dtype": (
+        "FP8 stores routed experts as {store_dtype}, which is not supported for fused shared "
+        "experts at {prefix}"
     ),
     "fp8_not_block": ("FP8 shared-expert FSE is only implemented for block-quantized checkpoints"),
     "fp8_ignores_inconsistently": (
@@ -53,7 +69,20 @@ VLLM_REASONS: dict[str, str] = {
     "not_implemented": (
         "shared-expert FSE quantization compatibility is not implemented for {config_class}"
     ),
+    "vllm_raises": "{error}",
 }
+
+#: vLLM 0.32's wording where it differs (same codes); 0.32-only codes
+VLLM_032_REASONS: dict[str, str] = {
+    "dsv4_routed_not_mxfp4": "DeepSeek-V4 routed experts are not MXFP4",
+    "dsv4_no_quant_config": "DeepSeek-V4 has no quantization configuration",
+    "dsv4_not_quark_mxfp4": "DeepSeek-v4 FSE is only implemented/tested with Quark MXFP4",
+    "dsv4_excludes_shared": "DeepSeek-V4 excludes shared experts at {prefix}",
+    "dsv4_shared_not_mxfp4": "DeepSeek-V4 shared experts at {prefix} are not MXFP4",
+}
+
+#: vLLM's projection names for the shared MLP (the gate's default ``projection_names``)
+PROJECTIONS = ("gate_up_proj", "down_proj")
 
 
 class GateResult(NamedTuple):
@@ -73,8 +102,17 @@ class GateResult(NamedTuple):
 OK = GateResult(True, "ok")
 
 
-def _no(code: str, **params: str) -> GateResult:
-    return GateResult(False, code, VLLM_REASONS[code], params)
+def _version(version: Any) -> tuple[int, ...]:
+    if version is None:
+        return (0, 33)
+    if isinstance(version, str):
+        return tuple(int(p) for p in version.split("."))
+    return tuple(version)
+
+
+def _no(code: str, version: tuple[int, ...] = (0, 33), **params: str) -> GateResult:
+    table = {**VLLM_REASONS, **VLLM_032_REASONS} if version < (0, 33) else VLLM_REASONS
+    return GateResult(False, code, table[code], params)
 
 
 def vllm_fse_gate(
@@ -82,21 +120,30 @@ def vllm_fse_gate(
     raw_qc: dict[str, Any] | None,
     facts: ModelFacts,
     layer: MoeLayerFacts,
+    version: Any = None,
 ) -> GateResult:
     """vLLM's verdict for one MoE layer with shared experts (see the module docstring).
 
     ``qconfig`` is the loaded config model (``checkpoint_tool.quant.configs``), ``raw_qc`` the
-    ``quantization_config`` dict of config.json (the DSV4 gate reads it raw, as vLLM does).
+    ``quantization_config`` dict of config.json; ``version`` the target engine version
+    (``"0.32.0"``; None: 0.33). Where vLLM raises, the result is ``vllm_raises`` with its text.
     """
+    v = _version(version)
     if qconfig is None or isinstance(qconfig, NoQuantConfig):
         return OK
-    if facts.family == "deepseek_v4":
-        return dsv4_gate(raw_qc, facts, layer)
-    if isinstance(qconfig, QuarkConfig):
-        return quark_gate(qconfig, layer)
-    if isinstance(qconfig, (DeepSeekFp8Config, DeepSeekV4Config)):
-        return fp8_gate(qconfig, layer)
-    return _no("not_implemented", config_class=vllm_class_name(qconfig))
+    raw = raw_qc or {}
+    try:
+        if isinstance(qconfig, DeepSeekV4Config):
+            if v < (0, 33) or facts.expert_dtype in (None, "fp4"):
+                return dsv4_gate(raw_qc, facts, layer, v)
+            return fp8_gate(raw, layer, v)
+        if isinstance(qconfig, QuarkConfig):
+            return quark_gate(raw, layer, v)
+        if isinstance(qconfig, DeepSeekFp8Config):
+            return fp8_gate(raw, layer, v)
+    except VllmRaises as exc:
+        return _no("vllm_raises", v, error=str(exc))
+    return _no("not_implemented", v, config_class=vllm_class_name(qconfig))
 
 
 def vllm_class_name(qconfig: Any) -> str:
@@ -118,28 +165,39 @@ def shared_shard_modules(layer: MoeLayerFacts) -> list[str]:
     return layer.shared_modules()
 
 
-def quark_gate(cfg: QuarkConfig, layer: MoeLayerFacts) -> GateResult:
-    """Quark branch: exclusion of any shared projection, then spec equality shard by shard."""
+def quark_gate(raw: dict[str, Any], layer: MoeLayerFacts, v: tuple[int, ...]) -> GateResult:
+    """Quark branch: exclusion of any shared projection, then entry equality shard by shard."""
     prefix = layer.shared_prefix or ""
-    shards = shared_shard_modules(layer)
-    if any(cfg.vllm_match(m)[0] is None for m in shards):
-        return _no("quark_excludes_shared", prefix=prefix)
-    routed, _ = cfg.vllm_match(layer.routed_prefix)
-    routed_raw = _raw(routed)
-    if all(_raw(cfg.vllm_match(m)[0]) == routed_raw for m in shards):
+    exclude = [e for e in raw.get("exclude") or [] if isinstance(e, str)]
+    if any(quark_ignored(f"{prefix}.{p}", exclude) for p in PROJECTIONS):
+        return _no("quark_excludes_shared", v, prefix=prefix)
+    lqc = raw.get("layer_quant_config") or {}
+    lqc = lqc if isinstance(lqc, dict) else {}
+    glob = raw.get("global_quant_config")
+    routed = quark_layer_config(layer.routed_prefix, lqc) or glob
+    shards = [
+        quark_layer_config(f"{prefix}.{s}", lqc) or glob
+        for p in PROJECTIONS
+        for s in ({"gate_up_proj": ["gate_proj", "up_proj"]}.get(p, [p]))
+    ]
+    if all(s == routed for s in shards):
         return OK
-    return _no("quark_different_configs", prefix=prefix)
+    return _no("quark_different_configs", v, prefix=prefix)
 
 
-def fp8_gate(cfg: DeepSeekFp8Config | DeepSeekV4Config, layer: MoeLayerFacts) -> GateResult:
-    """FP8 branch: block quantization required, routed and shared ignored alike."""
+def fp8_gate(raw: dict[str, Any], layer: MoeLayerFacts, v: tuple[int, ...]) -> GateResult:
+    """Fp8Config branch: no store_dtype, block quantization, routed and shared ignored alike."""
     prefix = layer.shared_prefix or ""
-    if cfg.weight_block_size is None:
-        return _no("fp8_not_block")
-    routed_ignored = not cfg.scheme_for(layer.routed_module(0, "gate")).quantized
-    for m in shared_shard_modules(layer):
-        if (not cfg.scheme_for(m).quantized) != routed_ignored:
-            return _no("fp8_ignores_inconsistently", prefix=prefix)
+    store = raw.get("store_dtype")
+    if store is not None:
+        return _no("fp8_store_dtype", v, store_dtype=str(store), prefix=prefix)
+    if raw.get("weight_block_size") is None:
+        return _no("fp8_not_block", v)
+    ignored = raw.get("ignored_layers") or raw.get("modules_to_not_convert") or []
+    ignored = [e for e in ignored if isinstance(e, str)]
+    routed = fp8_skipped(layer.routed_prefix, ignored)
+    if any(fp8_skipped(f"{prefix}.{p}", ignored) != routed for p in PROJECTIONS):
+        return _no("fp8_ignores_inconsistently", v, prefix=prefix)
     return OK
 
 
@@ -163,26 +221,22 @@ def is_quark_mxfp4_ocp(raw_qc: dict[str, Any]) -> bool:
     )
 
 
-def dsv4_expert_dtype(facts: ModelFacts, raw_qc: dict[str, Any] | None) -> str | None:
-    """config.json's ``expert_dtype``; a Quark MXFP4 export without it counts as fp4."""
-    if facts.expert_dtype:
-        return facts.expert_dtype
-    if raw_qc and raw_qc.get("quant_method") == "quark" and is_quark_mxfp4_ocp(raw_qc):
-        return "fp4"
-    return None
-
-
-def dsv4_gate(raw_qc: dict[str, Any] | None, facts: ModelFacts, layer: MoeLayerFacts) -> GateResult:
+def dsv4_gate(
+    raw_qc: dict[str, Any] | None,
+    facts: ModelFacts,
+    layer: MoeLayerFacts,
+    v: tuple[int, ...] = (0, 33),
+) -> GateResult:
     """DeepSeek-V4 branch, reading config.json's ``quantization_config`` as vLLM does."""
-    if dsv4_expert_dtype(facts, raw_qc) != "fp4":
-        return _no("dsv4_routed_not_mxfp4")
+    if v < (0, 33) and (facts.expert_dtype or "fp4") != "fp4":
+        return _no("dsv4_routed_not_mxfp4", v)
     if raw_qc is None:
-        return _no("dsv4_no_quant_config")
+        return _no("dsv4_no_quant_config", v)
     if not is_quark_mxfp4_ocp(raw_qc):
-        return _no("dsv4_not_quark_mxfp4")
+        return _no("dsv4_not_quark_mxfp4", v)
     prefix = dsv4_prefix(facts, layer)
     if any(isinstance(e, str) and e.startswith(prefix) for e in raw_qc.get("exclude") or []):
-        return _no("dsv4_excludes_shared", prefix=prefix)
+        return _no("dsv4_excludes_shared", v, prefix=prefix)
     w1 = f"{prefix}.w1"
     layer_cfg = raw_qc.get("layer_quant_config") or {}
     spec = layer_cfg.get(w1)
@@ -200,10 +254,4 @@ def dsv4_gate(raw_qc: dict[str, Any] | None, facts: ModelFacts, layer: MoeLayerF
     weight = (spec or raw_qc.get("global_quant_config") or {}).get("weight") or {}
     if isinstance(weight, dict) and weight.get("dtype") == "fp4":
         return OK
-    return _no("dsv4_shared_not_mxfp4", prefix=prefix)
-
-
-def _raw(spec: Any) -> Any:
-    """A Quark spec as the plain dict vLLM compares (None stays None)."""
-    raw = getattr(spec, "raw", None)
-    return raw() if callable(raw) else spec
+    return _no("dsv4_shared_not_mxfp4", v, prefix=prefix)

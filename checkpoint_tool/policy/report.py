@@ -90,8 +90,9 @@ class FseDecision(_Model):
     #: (``... at model.layers.N.mlp.shared_experts``); groups layers in the summary
     reason_template: str | None = None
     #: who says so: "vllm" (mirrors is_shared_expert_quant_fse_compatible), "ckpt" (layout
-    #: checks of this tool), "option" (--fse / --ep / --eplb / --all2all)
-    source: Literal["vllm", "ckpt", "option", "none"] = "none"
+    #: checks of this tool), "option" (--fse / --ep / --eplb / --all2all), "target" (what the
+    #: ``--target`` engine fuses when it loads the output, under ``--fse auto``)
+    source: Literal["vllm", "ckpt", "option", "target", "none"] = "none"
     #: routed slot index of each shared chunk when enabled, e.g. [256] or [64, 65]
     slots: list[int] = Field(default_factory=list)
     #: width of one shared chunk (= one appended routed expert)
@@ -164,6 +165,8 @@ class PolicyReport(_Model):
     eplb: bool = False
     all2all: str | None = None
     fse_mode: FseMode = "auto"
+    #: the engine target ``--fse auto`` decided for (``--target``), e.g. "vllm-0.33"
+    target: str | None = None
     moe_layers: list[MoeLayerPolicy] = Field(default_factory=list)
     summary: PolicySummary
     issues: list[Issue] = Field(default_factory=list)

@@ -30,7 +30,7 @@ from checkpoint_tool.execute.writer import (
     write_bytes_atomic,
 )
 from checkpoint_tool.synth.data import DataGenerator
-from checkpoint_tool.synth.dims import Dims, with_overrides
+from checkpoint_tool.synth.dims import MLA_GEOMETRIES, Dims, with_overrides
 from checkpoint_tool.synth.layout import SynthLayout, TensorSpec
 from checkpoint_tool.synth.presets import PRESETS
 from checkpoint_tool.synth.presets.base import PresetOptions, PresetSpec
@@ -68,8 +68,12 @@ def resolve_dims(
     n_shared: int | None = None,
     hidden: int | None = None,
     moe_intermediate: int | None = None,
+    mla: str | None = None,
 ) -> Dims:
-    """The preset's tiny dims (full real sizes with ``sparse``) with the user's overrides."""
+    """The preset's tiny dims (full real sizes with ``sparse``) with the user's overrides.
+
+    ``mla`` (DeepSeek-V3 tiny presets): ``"vllm"`` (the default: a geometry vLLM loads) or
+    ``"quark-fixture"`` (the MLA sizes of the Quark producer fixtures)."""
     for label, value, low in (
         ("--layers", num_layers, 1),
         ("--experts", n_routed, 1),
@@ -88,6 +92,12 @@ def resolve_dims(
         hidden=hidden,
         moe_intermediate=moe_intermediate,
     )
+    if mla is not None:
+        if mla not in MLA_GEOMETRIES:
+            raise UsageError(f"mla {mla!r}: choose one of {sorted(MLA_GEOMETRIES)}")
+        if spec.family != "deepseek_v3" or sparse:
+            raise UsageError("mla= applies to the tiny DeepSeek-V3 presets only")
+        dims = dims.model_copy(update=MLA_GEOMETRIES[mla])
     if dims.top_k > dims.n_routed:
         dims = dims.model_copy(update={"top_k": dims.n_routed})
     if dims.first_dense >= dims.num_layers and spec.family == "deepseek_v3":
@@ -100,7 +110,7 @@ def build_layout(
     *,
     sparse: bool = False,
     fused_experts: bool = False,
-    **overrides: int | None,
+    **overrides: int | str | None,
 ) -> SynthLayout:
     """The layout (config + tensor specs) a call to ``synth_checkpoint`` would write."""
     spec = get_preset(preset)
@@ -125,6 +135,7 @@ def synth_checkpoint(
     n_shared: int | None = None,
     hidden: int | None = None,
     moe_intermediate: int | None = None,
+    mla: str | None = None,
     shard_size: int | None = None,
     shards: int | None = None,
     sparse: bool = False,
@@ -150,6 +161,7 @@ def synth_checkpoint(
         n_shared=n_shared,
         hidden=hidden,
         moe_intermediate=moe_intermediate,
+        mla=mla,
     )
     write_layout(
         layout,

@@ -172,8 +172,7 @@ def _quantize_batch(
         # members cannot share scale blocks (e.g. FP8 128-row blocks across gate|up): quantize
         # each member on its own, still batched over the groups
         per_member = [
-            codec.quantize(torch.stack([group[i] for group in batch]))
-            for i in range(len(batch[0]))
+            codec.quantize(torch.stack([group[i] for group in batch])) for i in range(len(batch[0]))
         ]
         return [
             [{role: t[b] for role, t in parts.items()} for parts in per_member]
@@ -185,7 +184,5 @@ def _quantize_batch(
     for b, group in enumerate(batch):
         # codec.slice maps weight rows to scale rows (128-row FP8 blocks, per-row MX/NV scales)
         parts_b = {role: t[b] for role, t in parts.items()}
-        out.append(
-            [codec.slice(parts_b, -2, bounds[i], bounds[i + 1]) for i in range(len(group))]
-        )
+        out.append([codec.slice(parts_b, -2, bounds[i], bounds[i + 1]) for i in range(len(group))])
     return out

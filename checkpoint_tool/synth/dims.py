@@ -97,9 +97,12 @@ DEEPSEEK_V3_FULL = Dims(
     mtp_layers=1,
     shards=163,
 )
-# the tiny DeepSeek-V3 architecture of the Quark producer fixtures (hidden 256, 4 heads,
-# q_lora 64, kv_lora 32, rope 16, nope 32, v 32, vocab 512, dense intermediate 512), with one
-# dense and three MoE layers so per-layer differences show
+# the tiny DeepSeek-V3 architecture, with one dense and three MoE layers so per-layer
+# differences show, in an MLA geometry vLLM loads and runs on CPU: q_lora_rank in whole
+# 128-row blocks (block FP8 merges q_a_proj and kv_a_proj_with_mqa into fused_qkv_a_proj and
+# its scale rows), kv_lora_rank 512 + qk_rope_head_dim 64 (the only latent/rope pair vLLM's CPU
+# MLA kernel runs), and per-head sizes whose TP-2 slices are whole 128 blocks (q_b_proj and
+# kv_b_proj rows 512, o_proj columns 256)
 DEEPSEEK_V3_TINY = Dims(
     num_layers=4,
     first_dense=1,
@@ -111,13 +114,27 @@ DEEPSEEK_V3_TINY = Dims(
     intermediate=512,
     vocab=512,
     heads=4,
-    q_lora_rank=64,
-    kv_lora_rank=32,
-    qk_nope=32,
-    qk_rope=16,
-    v_head=32,
+    q_lora_rank=128,
+    kv_lora_rank=512,
+    qk_nope=64,
+    qk_rope=64,
+    v_head=64,
     mtp_layers=1,
 )
+#: the MLA sizes of the tiny DeepSeek-V3 model of the Quark producer fixtures
+#: (tests/fixtures/producer-headers): hidden 256, 4 heads, q_lora 64, kv_lora 32, rope 16,
+#: nope 32, v 32. vLLM cannot load it with block FP8 (q_a + kv_a scale rows 1 + 1 blocks in the
+#: checkpoint, one block of 112 rows in fused_qkv_a_proj) nor run it on CPU; presets built with
+#: ``mla="quark-fixture"`` reproduce the fixtures' headers.
+QUARK_FIXTURE_MLA = {
+    "q_lora_rank": 64,
+    "kv_lora_rank": 32,
+    "qk_nope": 32,
+    "qk_rope": 16,
+    "v_head": 32,
+}
+#: ``mla=`` choices of the DeepSeek-V3 presets
+MLA_GEOMETRIES = {"vllm": {}, "quark-fixture": QUARK_FIXTURE_MLA}
 
 # DeepSeek-V4-Flash (config.json of deepseek-ai/DeepSeek-V4-Flash, 46 shards)
 DEEPSEEK_V4_FULL = Dims(
@@ -163,6 +180,54 @@ DEEPSEEK_V4_TINY = Dims(
     engram_rows=256,
     engram_dim=128,
     mtp_layers=1,
+)
+
+# Qwen2-MoE (config.json of Qwen/Qwen1.5-MoE-A2.7B: one shared expert of 4 x 1408)
+QWEN2_MOE_FULL = Dims(
+    num_layers=24,
+    n_routed=60,
+    n_shared=4,
+    top_k=4,
+    hidden=2048,
+    moe_intermediate=1408,
+    intermediate=5632,
+    vocab=151936,
+    heads=16,
+    kv_heads=16,
+    head_dim=128,
+    mtp_layers=0,
+    shards=8,
+)
+# Qwen3-MoE (config.json of Qwen/Qwen3-30B-A3B: no shared expert)
+QWEN3_MOE_FULL = Dims(
+    num_layers=48,
+    n_routed=128,
+    n_shared=0,
+    top_k=8,
+    hidden=2048,
+    moe_intermediate=768,
+    intermediate=6144,
+    vocab=151936,
+    heads=32,
+    kv_heads=4,
+    head_dim=128,
+    mtp_layers=0,
+    shards=16,
+)
+# tiny Qwen2-/Qwen3-MoE: 3 MoE layers, GQA 4/2 heads of 64 (whole heads per rank at TP 2)
+QWEN_MOE_TINY = Dims(
+    num_layers=3,
+    n_routed=8,
+    n_shared=1,
+    top_k=2,
+    hidden=256,
+    moe_intermediate=128,
+    intermediate=512,
+    vocab=512,
+    heads=4,
+    kv_heads=2,
+    head_dim=64,
+    mtp_layers=0,
 )
 
 # Qwen3.5-MoE (text model of Qwen3.5-397B-A17B)

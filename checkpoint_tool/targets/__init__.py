@@ -1,12 +1,14 @@
 """Engine target specs as data: what an engine release's model holds, per TP rank.
 
-One folder per target (``vllm-0.33/``), one YAML file per model family
-(``deepseek_v2.yaml``), each citing the engine source it was read from. A new engine release
+One folder per target (``vllm-0.33/``), one YAML file per engine model file
+(``deepseek_v2.yaml``; ``qwen2_moe.yaml`` and ``qwen3_moe.yaml`` both for ckpt's ``qwen3_moe``
+family, told apart by config.json's ``architectures``), each citing the engine source it was read from. A new engine release
 is a new folder (or an edited file), not new code. ``--layout vllm-sharded`` plans from these.
 
 Example::
 
     spec = load_spec("deepseek_v3")            # vllm-0.33/deepseek_v2.yaml
+    load_spec("qwen3_moe", architectures=["Qwen3MoeForCausalLM"])   # vllm-0.33/qwen3_moe.yaml
     spec.files.pattern                          # 'model-rank-{rank}-part-{part}.safetensors'
     list_specs()                                # [('vllm-0.33', 'deepseek_v3', ...yaml)]
 """
@@ -46,12 +48,27 @@ def list_specs() -> list[tuple[str, str, Path]]:
     return out
 
 
-def load_spec(family: str, target: str = DEFAULT_TARGET) -> TargetSpec:
-    """The spec of model ``family`` (``ModelFacts.family``) under ``target``."""
+def load_spec(
+    family: str, target: str = DEFAULT_TARGET, architectures: list[str] | None = None
+) -> TargetSpec:
+    """The spec of model ``family`` (``ModelFacts.family``) under ``target``; where several
+    files cover the family (``qwen2_moe.yaml``, ``qwen3_moe.yaml``), the one listing one of
+    config.json's ``architectures`` (without them: the first)."""
     specs = list_specs()
-    for t, f, path in specs:
-        if t == target and f == family:
-            return _read(path)
+    matches = [_read(path) for t, f, path in specs if t == target and f == family]
+    if matches and architectures is not None:
+        wanted = set(architectures)
+        for spec in matches:
+            if not spec.architectures or wanted & set(spec.architectures):
+                return spec
+        covered = sorted({a for spec in matches for a in spec.architectures})
+        raise UsageError(
+            f"--layout vllm-sharded: the {target} specs of family {family!r} cover "
+            f"{', '.join(covered)}, not {', '.join(map(str, architectures)) or 'this model'}; "
+            "use --layout hf"
+        )
+    if matches:
+        return matches[0]
     known = sorted({f for t, f, _ in specs if t == target})
     if not known:
         raise UsageError(

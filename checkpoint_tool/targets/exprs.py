@@ -1,7 +1,8 @@
 """Config expressions of target specs: small, safe arithmetic over config.json values.
 
 Grammar: names (config keys, ``L`` for the layer index), int/str/None constants, ``+ - * //
-%``, comparisons (``== != < <= > >= is is not``), ``and or not`` and parentheses. Nothing else
+%``, comparisons (``== != < <= > >= is is not in not in``), ``and or not`` (Python's
+semantics: ``head_dim or hidden_size // num_attention_heads`` is a size) and parentheses. Nothing else
 is evaluated (no calls, no attributes), so a spec file cannot run code.
 
 Example::
@@ -38,6 +39,8 @@ _CMPOPS = {
     ast.GtE: operator.ge,
     ast.Is: operator.is_,
     ast.IsNot: operator.is_not,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
 }
 
 
@@ -86,8 +89,13 @@ def _eval(node: ast.expr, names: Mapping[str, Any], text: str) -> Any:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         return not _eval(node.operand, names, text)
     if isinstance(node, ast.BoolOp):
-        values = (_eval(v, names, text) for v in node.values)
-        return all(values) if isinstance(node.op, ast.And) else any(values)
+        # Python's semantics: the deciding operand (``head_dim or hidden_size // heads``)
+        value = None
+        for v in node.values:
+            value = _eval(v, names, text)
+            if bool(value) != isinstance(node.op, ast.And):
+                return value
+        return value
     if isinstance(node, ast.Compare) and all(type(op) in _CMPOPS for op in node.ops):
         left = _eval(node.left, names, text)
         for op, comp in zip(node.ops, node.comparators, strict=True):

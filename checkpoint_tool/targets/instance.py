@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkpoint_tool.model.config_fields import ALIASES
 from checkpoint_tool.targets.exprs import evaluate, evaluate_int
 from checkpoint_tool.targets.spec import ModuleSpec, TargetSpec
 
@@ -35,6 +36,9 @@ class LinearSite:
     quant: str
     layer: int | None
     cite: str = ""
+    bias: bool = False
+    #: per shard: the indivisible units (heads) its rows are made of, or None
+    units: tuple[int | None, ...] = ()
 
     @property
     def out(self) -> int:
@@ -108,12 +112,19 @@ class ModelInstance:
 
 
 def config_names(spec: TargetSpec, config: Mapping[str, Any]) -> dict[str, Any]:
-    """Names expressions may read: the spec's defaults overridden by config.json."""
+    """Names expressions may read: the spec's defaults overridden by config.json (a field
+    spelled by its transformers alias, e.g. ``num_local_experts``, also under its own name)."""
     names = dict(spec.config_defaults)
     text = config.get("text_config")
     if isinstance(text, Mapping):
         names.update(text)
     names.update({k: v for k, v in config.items() if k != "text_config"})
+    for key, aliases in ALIASES.items():
+        if names.get(key) is None:
+            for alias in aliases:
+                if names.get(alias) is not None:
+                    names[key] = names[alias]
+                    break
     return names
 
 
@@ -183,6 +194,11 @@ def _add(
                 mod.quant,
                 layer,
                 mod.cite,
+                bool(evaluate(mod.bias, names)) if isinstance(mod.bias, str) else mod.bias,
+                tuple(
+                    None if s.units is None else evaluate_int(s.units, names, f"{vllm} units")
+                    for s in mod.shards
+                ),
             )
         )
     elif mod.kind == "param":

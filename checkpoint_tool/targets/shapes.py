@@ -78,6 +78,13 @@ def _role_shapes(codec: Any, logical: tuple[int, ...], what: str) -> dict[str, t
 def linear_logical(site: LinearSite, tp: int) -> tuple[int, int]:
     """Logical ``(out, in)`` of one rank's share of ``site``."""
     if site.parallel == "column":
+        for (shard, _), units in zip(site.shards, site.units, strict=False):
+            if units is not None and units % tp:
+                raise AlignmentError(
+                    f"{shard}: {units} heads do not split over --tp {tp} (vLLM replicates KV "
+                    "heads when tp exceeds them, which ckpt does not write); choose a --tp that "
+                    "divides them or use --layout hf"
+                )
         out = sum(_divide(n, tp, f"{shard} rows") for shard, n in site.shards)
         return out, site.in_
     if site.parallel == "row":

@@ -47,7 +47,7 @@ def read_sharded_moe_layer(
         config = json.loads((root / "config.json").read_text())
     except (OSError, ValueError) as exc:
         raise InputError(f"{root / 'config.json'}: cannot read it ({exc})") from None
-    spec = load_spec(model_facts(config).family, target)
+    spec = load_spec(model_facts(config).family, target, config.get("architectures") or [])
     files = rank_files(root, rank, spec.files.pattern)
     if not files:
         raise InputError(

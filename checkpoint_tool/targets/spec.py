@@ -32,6 +32,8 @@ class Shard(_Model):
 
     hf: str
     out: str | int
+    #: indivisible units the rows are made of (attention heads): TP must divide them
+    units: str | int | None = None
 
 
 class ModuleSpec(_Model):
@@ -49,6 +51,9 @@ class ModuleSpec(_Model):
     in_: str | int | None = Field(default=None, alias="in")
     #: ``never``: the engine builds the layer without a quant config (e.g. a router)
     quant: Literal["config", "never"] = "config"
+    #: config expression: the linear has a ``bias`` (column-parallel: split with the rows,
+    #: merged in shard order), e.g. Qwen2-MoE's ``qkv_proj``
+    bias: str | bool = False
     # param / vocab
     hf: str | None = None
     params: dict[str, list[str | int]] = Field(default_factory=dict)

@@ -21,6 +21,7 @@ from checkpoint_tool.validate import (
     completeness,
     deep,
     drift,
+    engine,
     scales,
     schemes,
     structure,
@@ -72,6 +73,8 @@ CHECKS: list[Check] = [
     # provenance and policy
     Check("checksums", "checksums", checksums.check_checksums),
     Check("policy_drift", "drift", drift.check_policy_drift),
+    # the target engine's verdict (the engine model of ckpt inspect --target)
+    Check("engine_loads", "engine", engine.check_engine_loads),
     Check("deep_runtime", "deep", deep.check_deep_runtime),
 ]
 

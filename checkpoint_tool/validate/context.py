@@ -48,6 +48,9 @@ class ValidateOptions:
     deep_layers: int = 2
     deep_tokens: int = 16
     strict: bool = False
+    #: engine target of the ``engine_loads`` verdict (None: config.json ckpt.target, else the
+    #: default target)
+    target: str | None = None
     #: bytes read per chunk when streaming tensor data (scale and weight scans)
     chunk_bytes: int = 64 * 1024 * 1024
 

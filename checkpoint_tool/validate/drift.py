@@ -118,5 +118,6 @@ def check_policy_drift(ctx: ValidationContext) -> list[Issue]:
         all2all=expected.all2all,
         fse=expected.fse_mode,
         resolved=ctx.resolved(),
+        target=expected.target,
     )
     return compare_policies(expected, actual)

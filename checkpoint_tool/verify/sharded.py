@@ -66,7 +66,9 @@ class ShardedView:
         self.text_config = text_config(self.config)
         self.qconfig = load_quant_config(self.config, where=str(self.root / "config.json"))
         self.tp = tp
-        self.spec = load_spec(self.facts.family, DEFAULT_TARGET)
+        self.spec = load_spec(
+            self.facts.family, DEFAULT_TARGET, self.config.get("architectures") or []
+        )
         self.keys = KeyResolver(self.spec)
         self.files = {r: rank_files(self.root, r, self.spec.files.pattern) for r in range(tp)}
         missing = [r for r, f in self.files.items() if not f]

@@ -12,6 +12,8 @@ from checkpoint_tool.policy import PolicyReport
 
 
 def _run(monkeypatch, capsys, *argv: str) -> tuple[int, str, str]:
+    if "--target" not in argv:  # the gates' per-layer decisions (stock vLLM fuses none)
+        argv = (*argv, "--target", "vllm-per-layer-fse")
     monkeypatch.setattr(sys, "argv", ["ckpt", "inspect", *argv])
     with pytest.raises(SystemExit) as exc:
         main()

@@ -26,7 +26,7 @@ def pair(synth_ckpt, tmp_path_factory) -> tuple[Path, Path]:
     catalog = open_catalog(src, headers_only=False)
     durable, writer.DURABLE = writer.DURABLE, False
     try:
-        execute_plan(plan_for_catalog(catalog, PlanOptions(tp=2)), catalog, dst, progress=False)
+        execute_plan(plan_for_catalog(catalog, PlanOptions(tp=2, target="vllm-per-layer-fse")), catalog, dst, progress=False)
     finally:
         writer.DURABLE = durable
     return src, dst

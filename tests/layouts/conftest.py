@@ -28,7 +28,8 @@ from checkpoint_tool.synth.presets.base import PresetOptions
 
 #: presets whose attention is block FP8: they need vLLM-compatible attention sizes
 BLOCK_FP8_ATTENTION = {"deepseek-v3-fp8", "quark-hybrid"}
-#: DeepSeek-V3 presets the vllm-0.33 target supports
+#: DeepSeek-V3 presets the vllm-0.33 target supports (the Qwen spec is judged by the engine
+#: tier, tests/vllm/test_qwen_engine.py, and tests/layouts/test_qwen_sharded.py)
 SHARDED_PRESETS = sorted(p for p, spec in PRESETS.items() if spec.family == "deepseek_v3")
 
 

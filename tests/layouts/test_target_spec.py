@@ -30,7 +30,11 @@ def v3_config():
     return build_layout("deepseek-v3-fp8", sparse=True).config
 
 
-def test_every_entry_cites_the_vllm_source(spec):
+@pytest.mark.parametrize(
+    ("family", "cited"), [("deepseek_v3", "deepseek_v2.py"), ("qwen3_moe", "qwen2_moe.py")]
+)
+def test_every_entry_cites_the_vllm_source(family, cited):
+    spec = load_spec(family)
     assert spec.target == "vllm-0.33" and spec.version == "0.33.0"
     assert spec.files.pattern == "model-rank-{rank}-part-{part}.safetensors"
     assert not spec.files.index
@@ -39,13 +43,17 @@ def test_every_entry_cites_the_vllm_source(spec):
     for key, s in spec.schemes.items():
         assert s.cite, key
     assert all(a.cite for a in spec.aliases) and all(b.cite for b in spec.buffers)
-    assert "deepseek_v2.py" in spec.cite["model"]
-    assert [(t, f) for t, f, _ in list_specs()] == [("vllm-0.33", "deepseek_v3")]
+    assert any(cited in c for c in spec.cite.values())
+    assert [(t, f) for t, f, _ in list_specs()] == [
+        ("vllm-0.33", "deepseek_v3"),
+        ("vllm-0.33", "qwen3_moe"),
+        ("vllm-0.33", "qwen3_moe"),
+    ]
 
 
 def test_unknown_family_or_target(spec):
-    with pytest.raises(UsageError, match="qwen3_moe"):
-        load_spec("qwen3_moe")
+    with pytest.raises(UsageError, match="glm4_moe"):
+        load_spec("glm4_moe")
     with pytest.raises(UsageError, match="vllm-9"):
         load_spec("deepseek_v3", target="vllm-9")
 
@@ -64,6 +72,11 @@ def test_expressions():
         evaluate("a.real", names)
     with pytest.raises(InputError, match="not a size"):
         evaluate_int("none is None", names, "x")
+    # Python's and/or: the deciding operand (a size), and membership
+    assert evaluate("none or a * b", names) == 24
+    assert evaluate("b or a", names) == 4
+    assert evaluate("none and a", names) is None
+    assert evaluate("b in layers and a not in layers", {**names, "layers": [1, 4]}) is True
 
 
 def test_state_dict_keys_are_the_smallest_alias(spec):

@@ -74,10 +74,12 @@ def test_a_tensor_vllm_has_no_parameter_for_is_named(layout_src, tmp_path):
 
 
 def test_block_fp8_attention_that_vllm_cannot_merge_is_refused(synth_ckpt):
-    # tiny DeepSeek FP8: q_lora_rank 64 is not a whole 128-row block, so fused_qkv_a_proj's
-    # scales cannot be concatenated (vLLM's validate_fp8_block_shape refuses it too)
+    # DeepSeek FP8 in the Quark fixtures' MLA geometry: q_lora_rank 64 is not a whole 128-row
+    # block, so fused_qkv_a_proj's scales cannot be concatenated (vLLM's
+    # validate_fp8_block_shape refuses it too); the presets' default geometry plans
     with pytest.raises(AlignmentError, match=r"q_a_proj.*128"):
-        plan(synth_ckpt("deepseek-v3-fp8", n_routed=4), tp=1)
+        plan(synth_ckpt("deepseek-v3-fp8", n_routed=4, mla="quark-fixture"), tp=1)
+    assert plan(synth_ckpt("deepseek-v3-fp8", n_routed=4), tp=1).files
 
 
 def test_tp_that_splits_a_block_is_refused(layout_src):

@@ -95,7 +95,10 @@ def test_files_manifest_and_drops(sharded, preset):
 def test_parts_split_at_max_shard_size(sharded):
     _cat, plan, dst = sharded("quark-mxfp4", 2, max_shard_size=150_000)
     for r in range(2):
-        parts = sorted(dst.glob(f"model-rank-{r}-part-*.safetensors"))
+        parts = sorted(
+            dst.glob(f"model-rank-{r}-part-*.safetensors"),
+            key=lambda p: int(p.stem.rsplit("-", 1)[1]),  # part 10 after part 9
+        )
         assert len(parts) > 2
         assert [p.name for p in parts] == [
             f"model-rank-{r}-part-{i}.safetensors" for i in range(len(parts))

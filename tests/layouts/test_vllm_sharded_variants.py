@@ -24,7 +24,7 @@ def reassembles(cat, plan, dst, tp):  # type: ignore[no-untyped-def]
 
 
 def test_two_shared_experts_fill_two_slots(sharded):
-    cat, plan, dst = sharded("quark-mxfp4", 2, src_opts={"n_shared": 2})
+    cat, plan, dst = sharded("quark-mxfp4", 2, src_opts={"n_shared": 2}, fse="on")
     assert any(plan.fse_layers.values())
     layer = min(k for k, v in plan.fse_layers.items() if v)
     ranks = load_ranks(dst, 2)
@@ -45,7 +45,7 @@ def test_fse_off_keeps_a_padded_shared_mlp(sharded):
 
 
 def test_pad_to_leaves_whole_ranks_of_padding(sharded):
-    cat, plan, dst = sharded("quark-nvfp4", 2, pad_to=256)
+    cat, plan, dst = sharded("quark-nvfp4", 2, pad_to=256, fse="on")
     assert plan.summary.padded_intermediate_size == 512
     ranks = load_ranks(dst, 2)
     w2 = ranks[1]["model.layers.2.mlp.experts.routed_experts.w2_weight"]
@@ -62,7 +62,7 @@ def test_partial_layers(sharded):
 
 
 def test_reader_gives_each_experts_rank_share(sharded):
-    cat, _plan, dst = sharded("quark-nvfp4", 2)
+    cat, _plan, dst = sharded("quark-nvfp4", 2, fse="on")
     n_routed = cat.config["n_routed_experts"]
     for rank in range(2):
         experts = read_sharded_moe_layer(dst, 2, rank)

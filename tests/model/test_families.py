@@ -109,6 +109,37 @@ def test_qwen3_moe_sparse_step_mlp_only_and_no_shared():
         m.shared_module("gate")
 
 
+def test_qwen3_moe_saved_by_transformers5_spells_num_local_experts():
+    # transformers 5's Qwen3MoeConfig.attribute_map = {"num_experts": "num_local_experts"}:
+    # to_dict() writes the latter; vLLM reads it through transformers, so ckpt must too
+    cfg = {
+        "model_type": "qwen3_moe",
+        "hidden_size": 2048,
+        "num_hidden_layers": 4,
+        "num_local_experts": 128,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 768,
+    }
+    f = model_facts(cfg)
+    assert f.moe_layer_indices == [0, 1, 2, 3] and f.layer(2).n_routed == 128
+    # the own name wins where both are present; neither is a one-line error naming it
+    assert model_facts({**cfg, "num_experts": 64}).layer(0).n_routed == 64
+    del cfg["num_local_experts"]
+    with pytest.raises(InputError, match="'num_experts'"):
+        model_facts(cfg)
+
+
+def test_qwen2_moe_shared_expert_and_its_gate(synth_ckpt):
+    from checkpoint_tool.catalog.catalog import open_local
+
+    cat = open_local(synth_ckpt("qwen2-moe"))
+    f = model_facts(cat.config, cat.tensors.keys())
+    assert family_of(cat.config) == "qwen3_moe"
+    m = f.layer(1)
+    assert m.n_shared == 1 and m.shared_prefix == "model.layers.1.mlp.shared_expert"
+    assert m.has_shared_expert_gate and m.shared_intermediate_size == 128
+
+
 def test_qwen35_moe_nested_text_config_singular_shared_expert():
     cfg = {
         "model_type": "qwen3_5_moe",

@@ -33,10 +33,16 @@ def test_plan_json_is_the_whole_plan(monkeypatch, capsys, synth_ckpt):
 def test_plan_human_summary(monkeypatch, capsys, synth_ckpt):
     src = synth_ckpt("quark-hybrid", moe_intermediate=160)
     code, out, _ = _run(
-        monkeypatch, capsys, "plan", str(src), "--tp", "2", "--max-shard-size", "2MB"
+        monkeypatch, capsys, "plan", str(src), "--tp", "2", "--max-shard-size", "2MB",
+        "--target", "vllm-per-layer-fse",
     )
     assert code == 0
     assert "written as routed slots on MoE layer(s) [3, 4]" in out
+    assert "target vllm-per-layer-fse" in out and "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1" in out
+    # the default target, a stock vLLM, fuses none: nothing is redirected, nothing to set
+    code, out, _ = _run(monkeypatch, capsys, "plan", str(src), "--tp", "2")
+    assert code == 0 and "kept shared on [1, 2, 3, 4]" in out
+    assert "target vllm-0.33" in out and "no engine settings needed" in out
     assert "160 -> 256" in out
     assert "model-00001-of-" in out
     assert "peak memory" in out and "nothing was written" in out

@@ -15,13 +15,16 @@ from checkpoint_tool.recipes import bundled_dir
 
 
 def test_config_records_padded_size_and_conversion_metadata(synth_ckpt):
-    cat, plan = plan_of(synth_ckpt("quark-hybrid", moe_intermediate=160), tp=2)
+    cat, plan = plan_of(
+        synth_ckpt("quark-hybrid", moe_intermediate=160), tp=2, target="vllm-per-layer-fse"
+    )
     config = plan.config
     assert config["moe_intermediate_size"] == 256
     assert cat.config["moe_intermediate_size"] == 160  # the source config is not modified
     meta = config["ckpt"]
     assert meta["recipe"] == "deepseek-v3" and meta["tp"] == 2 and meta["layout"] == "hf"
-    assert meta["fse_layers"] == [3, 4]
+    assert meta["fse_layers"] == [3, 4] and meta["fse_slots"] == {"3": [8], "4": [8]}
+    assert meta["target"] == "vllm-per-layer-fse"
     # everything else is the source config
     rest = {k: v for k, v in config.items() if k not in ("ckpt", "moe_intermediate_size")}
     src = {k: v for k, v in cat.config.items() if k != "moe_intermediate_size"}

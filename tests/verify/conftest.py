@@ -38,7 +38,10 @@ def converted(
             src = synth_ckpt(preset, **synth_opts)
             dst = tmp_path_factory.mktemp(f"conv-{preset}-tp{tp}") / "out"
             catalog = open_catalog(src, headers_only=False)
-            plan = plan_for_catalog(catalog, PlanOptions(tp=tp, fse=fse, layout=layout))
+            # for an engine that fuses per layer: these tests verify FSE slots, which the
+            # default target (a stock vLLM, no fused shared experts) never gets
+            options = PlanOptions(tp=tp, fse=fse, layout=layout, target="vllm-per-layer-fse")
+            plan = plan_for_catalog(catalog, options)
             durable, writer.DURABLE = writer.DURABLE, False  # tests simulate no power loss
             try:
                 execute_plan(plan, catalog, dst, progress=False)

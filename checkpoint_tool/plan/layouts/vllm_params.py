@@ -191,7 +191,44 @@ class ParamBuilder:
                     padded=any(self.index.is_padded(t.name) for t in tensors_p),
                 )
             )
+        if site.bias:
+            result.append(self._bias(site))
         return result
+
+    def _bias(self, site: LinearSite) -> Param:
+        """``bias`` of a linear: each shard's vector, the rank's rows of it (column-parallel),
+        concatenated in shard order (vLLM's QKVParallelLinear / MergedColumnParallelLinear
+        weight_loader on ``bias``)."""
+        if site.parallel == "row":
+            raise InputError(f"target spec: a row-parallel bias ({site.vllm}) is not modelled")
+        name = self.keys.key(site.vllm, "bias")
+        tensors = []
+        for hf, out in site.shards:
+            if self.index.get(f"{hf}.bias") is None:
+                raise self.missing(f"{hf}.bias", name, site.cite)
+            tensor = self.index.take(f"{hf}.bias")
+            if self.index.scheme(tensor).quantized or list(tensor.shape) != [out]:
+                raise InputError(
+                    f"{self.index.ctx.catalog.root}: {hf}.bias is {tensor.dtype}{tensor.shape}; "
+                    f"vLLM's {name} needs an unquantized [{out}] per shard"
+                )
+            tensors.append((out, tensor))
+        split = site.parallel == "column"
+        ranks = []
+        for r in range(self.tp):
+            pieces: list[Piece] = []
+            for out, tensor in tensors:
+                if split:
+                    size = out // self.tp
+                    pieces.extend(narrow(tensor, self.entries, 0, r * size, (r + 1) * size))
+                else:
+                    pieces.extend(tensor.pieces)
+            want = [sum(out // self.tp if split else out for out, _ in tensors)]
+            ops = [f"vllm {site.parallel} rank {r}/{self.tp}", "bias"]
+            ranks.append(
+                self.tensor(name, tensors[0][1], pieces, "concat", 0, want, ops, site.layer)
+            )
+        return Param(name, ranks, [t.name for _, t in tensors])
 
     def _check_merge(self, site: LinearSite, codec: Any, logicals: list[tuple[int, ...]]) -> None:
         """Merged shards concatenate their scales: every shard but the last must end on a

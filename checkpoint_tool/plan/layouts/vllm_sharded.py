@@ -57,7 +57,8 @@ def engine_config(ctx: PlanContext) -> dict[str, Any]:
 
 def model_instance(ctx: PlanContext, target: str = DEFAULT_TARGET) -> ModelInstance:
     """The target spec of ``ctx``'s model family applied to its (padded) config."""
-    spec = load_spec(ctx.facts.family, target)
+    archs = (ctx.catalog.config or {}).get("architectures") or []
+    spec = load_spec(ctx.facts.family, target, [str(a) for a in archs])
     inst = instantiate(spec, engine_config(ctx), ctx.fse_layers)
     wanted = ctx.options.layers
     if wanted is not None:  # partial conversion: only those layers, no global tensors

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import checks_config
 from .checks_fse import FSE_RULES, check_fse
+from .checks_model import MODEL_RULES, check_model
 from .checks_names import NAME_RULES, check_names
 from .checks_nvfp4 import NVFP4_RULES, check_nvfp4
 from .checks_schemes import SCHEME_RULES, check_schemes
@@ -46,6 +47,7 @@ CHECK_FAMILIES: list[tuple[tuple[str, ...], GroupCheck]] = [
     (NVFP4_RULES, check_nvfp4),
     (TP_RULES, check_tp),
     (FSE_RULES, check_fse),
+    (MODEL_RULES, check_model),
 ]
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}

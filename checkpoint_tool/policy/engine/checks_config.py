@@ -113,7 +113,43 @@ def check_exclude_string(ctx: EngineContext, rule: RuleSpec) -> list[EngineFindi
     return [rule.finding(value=value)]
 
 
+def check_fp8_block_static(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]:
+    """``Fp8Config.__init__``: block-wise weights need the dynamic activation scheme."""
+    qc = ctx.raw_qc
+    if qc is None or str(qc.get("quant_method", "")).lower() not in ("fp8", "deepseek_v4_fp8"):
+        return []
+    scheme = qc.get("activation_scheme")
+    if qc.get("weight_block_size") is None or scheme == "dynamic":
+        return []
+    return [rule.finding(scheme=scheme)]
+
+
+def _modelopt_excluded(prefix: str, excludes: list[str]) -> bool:
+    """``ModelOptQuantConfigBase.is_layer_excluded`` (quantization/modelopt.py): exact, then
+    an entry contained in the name, then fnmatch wildcards."""
+    import fnmatch as fn
+
+    return any(e == prefix or e in prefix or fn.fnmatch(prefix, e) for e in excludes)
+
+
+def check_modelopt_lm_head(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]:
+    """ModelOpt quantizes ``ParallelLMHead`` unless excluded (``get_quant_method``): a float
+    ``lm_head.weight`` then meets quantized parameters."""
+    from checkpoint_tool.quant.configs import ModelOptConfig
+
+    entry = ctx.catalog.tensors.get("lm_head.weight")
+    if not isinstance(ctx.qconfig, ModelOptConfig) or entry is None:
+        return []
+    if entry.dtype not in ("BF16", "F16", "F32"):
+        return []
+    if _modelopt_excluded("lm_head", list(ctx.qconfig.exclude_modules)):
+        return []
+    return [rule.finding(dtype=entry.dtype, algo=ctx.qconfig.quant_algo, tensors=["lm_head.weight"])]
+
+
 CHECKS: dict[str, Callable[[EngineContext, RuleSpec], list[EngineFinding]]] = {
+    "fp8_block_static_activation": check_fp8_block_static,
+    "modelopt_lm_head_quantized": check_modelopt_lm_head,
     "config_unknown_quant_method": check_unknown_quant_method,
     "quark_export_missing": check_export_missing,
     "quark_kv_cache_group_not_list": check_kv_cache_group_not_list,

@@ -20,9 +20,11 @@ from typing import Any
 from .context import EngineContext
 from .model import EngineFinding, RuleSpec
 
-FSE_RULES = ("fse_mixed_all_or_nothing", "fse_mixed_under_parallelism")
+FSE_RULES = ("fse_mixed_all_or_nothing", "fse_mixed_under_parallelism", "fse_slots_unfused")
 
 _NOT_APPLICABLE = {"no_shared_experts", "fse_off"}
+#: decisions the engine's gate allowed but ckpt (target or option rule) turned off
+_GATE_OK = {"parallel_mixed", "target_no_fse", "target_all_or_nothing", "prefused"}
 
 
 def fse_split(policy: Any) -> tuple[list[int], list[int]]:
@@ -34,8 +36,46 @@ def fse_split(policy: Any) -> tuple[list[int], list[int]]:
         code = layer.fse.code
         if code in _NOT_APPLICABLE:
             continue
-        (on if layer.fse.enabled or code == "parallel_mixed" else off).append(layer.layer)
+        (on if layer.fse.enabled or code in _GATE_OK else off).append(layer.layer)
     return sorted(on), sorted(off)
+
+
+def prefused_layers(policy: Any) -> dict[int, list[int]]:
+    """MoE layer -> routed slots a previous ``ckpt convert`` filled with shared experts."""
+    if policy is None:
+        return {}
+    return {m.layer: m.fse.slots for m in policy.moe_layers if m.fse.code == "prefused"}
+
+
+def _unfused_slots(ctx: EngineContext, rule: RuleSpec, on: list[int], off: list[int]) -> list:
+    """Slots ``experts.{n_routed + j}`` in the checkpoint that the engine will not map: with
+    FSE off the expert mapping stops at ``n_routed`` (``make_expert_params_mapping``,
+    deepseek_v2.py ``load_weights``) and the name falls through to ``params_dict[name]``."""
+    slots = prefused_layers(ctx.policy)
+    if not slots:
+        return []
+    if ctx.target.fse == "all_or_nothing" and off:
+        return []  # the engine refuses the mix first (fse_mixed_all_or_nothing)
+    if ctx.target.fse != "none":
+        return []
+    first = min(slots)
+    facts = ctx.facts
+    layer = facts.layer(first) if facts is not None and hasattr(facts, "layer") else None
+    module = (
+        layer.routed_module(slots[first][0], "down")
+        if layer is not None
+        else f"model.layers.{first}.mlp.experts.{slots[first][0]}.down_proj"
+    )
+    key = module.removeprefix("model.") + ".weight"
+    return [
+        rule.finding(
+            layers=sorted(slots),
+            slots=slots[first],
+            key=key,
+            target=ctx.target.name,
+            details={"slots": {str(k): v for k, v in sorted(slots.items())}},
+        )
+    ]
 
 
 def _flags(ctx: EngineContext) -> list[str]:
@@ -49,15 +89,23 @@ def _flags(ctx: EngineContext) -> list[str]:
 def check_fse(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFinding]:
     """Findings of the FSE rules active in ``rules``."""
     on, off = fse_split(ctx.policy)
-    if not on or not off:
-        return []
-    details = {"enabled": on, "disabled": off}
     out = []
+    if "fse_slots_unfused" in rules:
+        out += _unfused_slots(ctx, rules["fse_slots_unfused"], on, off)
+    if not on or not off:
+        return out
+    details = {"enabled": on, "disabled": off}
     rule = rules.get("fse_mixed_all_or_nothing")
     if rule is not None and ctx.target.fse == "all_or_nothing":
         out.append(
             rule.finding(
-                layers=on + off, enabled=on, disabled=off, target=ctx.target.name, details=details
+                layers=on + off,
+                enabled=on,
+                disabled=off,
+                n_enabled=len(on),
+                n_disabled=len(off),
+                target=ctx.target.name,
+                details=details,
             )
         )
     rule = rules.get("fse_mixed_under_parallelism")

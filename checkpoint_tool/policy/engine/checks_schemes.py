@@ -67,7 +67,9 @@ def _detect(ctx: EngineContext, layer: str, stripped: set[str]) -> tuple[Detecti
         if field == "layer_quant_config" and key in stripped:
             raw = {**raw, "output_tensors": None}
     moe = ctx.is_moe_layer(layer)
-    return (detect_moe(raw) if moe else detect_linear(raw)), raw
+    export = (ctx.raw_qc or {}).get("export")
+    pack = export.get("pack_method") if isinstance(export, dict) else None
+    return (detect_moe(raw, pack) if moe else detect_linear(raw, pack)), raw
 
 
 def check_schemes(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFinding]:

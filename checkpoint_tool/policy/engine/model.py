@@ -80,8 +80,23 @@ class Target(_Frozen):
     #: --moe-backend -> per-rank intermediate round-up of the MXFP4 MoE path
     mxfp4_round_up: dict[str, int] = Field(default_factory=dict)
     mxfp4_round_up_rocm_default: int = 256
-    #: "all_or_nothing" | "per_layer"
-    fse: Literal["all_or_nothing", "per_layer"] = "all_or_nothing"
+    #: what the engine fuses when it loads a checkpoint: "none" (stock CUDA / CPU builds: FSE
+    #: is a ROCm AITER feature, off unless asked for), "all_or_nothing" (0.33 with AITER FSE
+    #: on: every MoE layer or none), "per_layer" (an engine with per-layer FSE)
+    fse: Literal["none", "all_or_nothing", "per_layer"] = "none"
+    #: the device the target stands for ("cuda", "rocm", "cpu")
+    device: str = "cuda"
+    #: engine settings the output needs on this target, e.g. ["VLLM_ROCM_USE_AITER=1"]
+    env: tuple[str, ...] = ()
+    #: the engine's parameter spec directory (``checkpoint_tool/targets/<spec>``)
+    spec: str = ""
+    #: one line for the docs and the convert summary
+    description: str = ""
+
+    @property
+    def fuses(self) -> bool:
+        """Does the engine fuse shared experts at all when it loads a checkpoint?"""
+        return self.fse != "none"
 
 
 class EngineFinding(_Frozen):
@@ -115,6 +130,9 @@ class RuleSpec(_Frozen):
     versions: str
     severity: EngineSeverity
     source: str
+    #: the function(s) in ``source`` (and files next to it) the rule mirrors, e.g.
+    #: ``"DeepseekV2MoE.__init__; DeepseekV2Model.load_weights"``
+    function: str | None = None
     upstream: str | None = None
     message: str
     title: str

@@ -18,14 +18,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-_OCP_MX_WEIGHT_DTYPES = {"fp4", "fp6_e3m2", "fp6_e2m3"}
+#: Quark dtypes whose "mx" form is in vLLM's _WEIGHT_QUANT_KEY_MAP (utils/ocp_mx_utils.py):
+#: mxfp4, mxfp6_e3m2, mxfp6_e2m3 and mxfp8_e4m3 (MXFP8)
+_OCP_MX_WEIGHT_DTYPES = {"fp4", "fp6_e3m2", "fp6_e2m3", "fp8_e4m3"}
+#: MX dtypes that may use the 2-D per_block spelling (OCP_MX_UNPACKED_DTYPES)
+_OCP_MX_UNPACKED = {"fp8_e4m3"}
 _OCP_MX_INPUT_DTYPES = {"fp4", "fp6_e3m2", "fp6_e2m3", "fp8_e4m3"}
 
 
 @dataclass(frozen=True)
 class Detection:
     """``scheme``: what vLLM builds ("fp8", "fp8_block", "ocp_mx", "nvfp4", "int8", "w4a8",
-    "w4a8_mxfp4_fp8"); ``rule``: the rule id when vLLM refuses (or warns), with ``params``."""
+    "w4a8_mxfp4_fp8", "w4a16_int4"); ``rule``: the rule id when vLLM refuses (or warns), with ``params``."""
 
     scheme: str | None
     rule: str | None = None
@@ -143,17 +147,30 @@ def is_w4a8_mxfp4_fp8(w: Any, i: Any) -> bool:
     )
 
 
-def is_ocp_mx(w: Any, i: Any, *, allow_static_fp8: bool) -> bool:
-    """OCP MX weight (fp4/fp6, group 32, e8m0 scales); activations: none, dynamic MX/FP8, or
-    (MoE only) static symmetric per-tensor FP8."""
-    if not isinstance(w, dict):
+def ocp_mx_weight(w: Any) -> bool:
+    """vLLM's ``ocp_mx_weight_dtype_and_rows`` is not None: an OCP MX weight spec, spelled 1-D
+    (per_group 32, scale_format e8m0) or, for MXFP8, 2-D (per_block [R, 32], scale_type
+    float8_e8m0fnu, symmetric, static)."""
+    if not isinstance(w, dict) or w.get("dtype") not in _OCP_MX_WEIGHT_DTYPES:
         return False
-    if (
-        w.get("qscheme") != "per_group"
-        or w.get("group_size") != 32
-        or w.get("scale_format") != "e8m0"
-        or w.get("dtype") not in _OCP_MX_WEIGHT_DTYPES
-    ):
+    if w.get("qscheme") == "per_group":
+        return w.get("group_size") == 32 and w.get("scale_format") == "e8m0"
+    if w.get("qscheme") == "per_block" and w.get("dtype") in _OCP_MX_UNPACKED:
+        block = list(w.get("block_size") or [])
+        return (
+            len(block) == 2
+            and block[1] == 32
+            and w.get("scale_type") == "float8_e8m0fnu"
+            and w.get("symmetric") is True
+            and not w.get("is_dynamic")
+        )
+    return False
+
+
+def is_ocp_mx(w: Any, i: Any, *, allow_static_fp8: bool) -> bool:
+    """``QuarkConfig._is_w_ocp_mx_a_x``: an OCP MX weight (MXFP4/6/8); activations: none,
+    dynamic MX/FP8, or (MoE only) static symmetric per-tensor FP8."""
+    if not ocp_mx_weight(w):
         return False
     if i is None:
         return True
@@ -167,6 +184,17 @@ def is_ocp_mx(w: Any, i: Any, *, allow_static_fp8: bool) -> bool:
             and i.get("symmetric") is True
         )
     return i.get("dtype") in _OCP_MX_INPUT_DTYPES
+
+
+def is_w4a16_int4(w: Any, i: Any, pack_method: str | None) -> bool:
+    """``QuarkConfig._is_w4a16_int4``: int4/uint4 weights, no input quantization, and the
+    export packed them (``pack_method`` order / reorder; absent means None, not packed)."""
+    return (
+        isinstance(w, dict)
+        and i is None
+        and w.get("dtype") in ("int4", "uint4")
+        and pack_method in ("order", "reorder")
+    )
 
 
 def _short(t: Any) -> str:
@@ -197,8 +225,9 @@ def _output_or_bias(spec: dict) -> Detection | None:
     return None
 
 
-def detect_linear(spec: dict | None) -> Detection:
-    """What vLLM builds for a Quark linear layer whose matched spec is ``spec``."""
+def detect_linear(spec: dict | None, pack_method: str | None = "reorder") -> Detection:
+    """What vLLM builds for a Quark linear layer whose matched spec is ``spec``
+    (``pack_method``: the export block's, as vLLM reads it)."""
     if spec is None:
         return Detection("unquantized")
     refused = _output_or_bias(spec)
@@ -218,6 +247,8 @@ def detect_linear(spec: dict | None) -> Detection:
         return Detection("fp8_block" if kind.startswith("block") else "fp8")
     if is_w8a8_int8(w, i):
         return Detection("int8")
+    if is_w4a16_int4(w, i, pack_method):
+        return Detection("w4a16_int4")
     if is_w4a8_mxfp4_fp8(w, i):
         return Detection("w4a8_mxfp4_fp8")
     if is_ocp_mx(w, i, allow_static_fp8=False):
@@ -225,7 +256,7 @@ def detect_linear(spec: dict | None) -> Detection:
     return Detection(None, "quark_linear_scheme_unsupported", {"why": _why_not(w, i)})
 
 
-def detect_moe(spec: dict | None) -> Detection:
+def detect_moe(spec: dict | None, pack_method: str | None = "reorder") -> Detection:
     """What vLLM builds for a Quark FusedMoE layer whose matched spec is ``spec``."""
     if spec is None:
         return Detection("unquantized")
@@ -256,6 +287,8 @@ def detect_moe(spec: dict | None) -> Detection:
             params = {"weight_qscheme": wq, "input_qscheme": iq}
             return Detection(None, "quark_moe_fp8_scales_unsupported", params)
         return Detection("fp8")
+    if is_w4a16_int4(w, i, pack_method):
+        return Detection("w4a16_int4")
     if is_ocp_mx(w, i, allow_static_fp8=True):
         return Detection("ocp_mx")
     if is_w8a8_int8(w, i):

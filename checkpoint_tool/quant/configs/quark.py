@@ -7,10 +7,14 @@
    (``gate_proj``/``up_proj``, ``q_a_proj``/``kv_a_proj_with_mqa``) are each resolved and
    must agree (checked by ``resolve_catalog``);
 2. ``exclude``: an entry matches when equal to the layer name, or with a ``re:`` prefix by
-   ``re.match``; globs in ``exclude`` are NOT honoured;
+   ``re.match``; globs in ``exclude`` are NOT honoured. A FusedMoE layer is also excluded
+   when any (non-``re:``) entry names a child of it (``X.experts.7.down_proj``):
+   ``should_ignore_layer(check_children=True)``, quark/utils.py, as
+   ``QuarkConfig.get_quant_method_target`` calls it for routed experts;
 3. ``layer_quant_config`` in dict order: a key without ``*`` matches when the layer name is
-   a *substring of the key*; a key with ``*`` by ``fnmatch``; for FusedMoE, probes
-   ``X.experts.0.{down,gate,up,gate_up}_proj`` and ``X.experts.{proj}`` as a fallback;
+   a *substring of the key*; a key with ``*`` by ``fnmatch``
+   (``get_layer_quant_config_from_name``); a FusedMoE layer is matched as ``X.experts``
+   only, with no per-expert probing (``QuarkMoEMethod.get_moe_method_target``);
 4. ``layer_type_quant_config`` never matches (vLLM compares a class to string keys);
 5. ``global_quant_config``.
 
@@ -34,8 +38,6 @@ from checkpoint_tool.quant.scheme import Scheme
 
 #: layer_type_quant_config keys that name torch's linear class
 LINEAR_TYPE_KEYS = {"Linear", "nn.Linear", "torch.nn.Linear", "torch.nn.modules.linear.Linear"}
-
-_FUSED_MOE_PROBE_PROJS = ("down_proj", "gate_proj", "up_proj", "gate_up_proj")
 
 
 class QuarkExport(BaseModel):
@@ -82,16 +84,9 @@ class QuarkConfig(QuantConfigBase):
                     return None, f"vllm: exclude {entry!r} (re.match){on}"
             elif entry == layer:
                 return None, f"vllm: exclude {entry!r} (exact){on}"
+            elif moe and entry.startswith(layer + "."):
+                return None, f"vllm: exclude {entry!r} names a child of FusedMoE layer {layer!r}"
         hit = self._vllm_layer_key(layer)
-        if hit is None and moe:
-            for proj in _FUSED_MOE_PROBE_PROJS:
-                for probe in (f"{layer}.0.{proj}", f"{layer}.{proj}"):
-                    hit = self._vllm_layer_key(probe)
-                    if hit is not None:
-                        hit = (hit[0], f"{hit[1]}, FusedMoE probe {probe!r}")
-                        break
-                if hit is not None:
-                    break
         if hit is not None:
             key, how = hit
             return self.layer_quant_config[key], f"vllm: layer_quant_config[{key!r}] ({how}){on}"

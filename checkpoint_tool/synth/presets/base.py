@@ -35,9 +35,11 @@ class PresetSpec:
 
     name: str
     summary: str
-    family: str  # "deepseek_v3" | "deepseek_v4" | "qwen3_5_moe"
-    producer: str  # "deepseek" | "quark" | "modelopt"
+    family: str  # "deepseek_v3" | "deepseek_v4" | "qwen3_5_moe" | "qwen3_moe"
+    producer: str  # "deepseek" | "quark" | "modelopt" | "qwen"
     tiny: Dims
     full: Dims
     build: Callable[[Dims, PresetOptions], SynthLayout]
     supports_fused_experts: bool = False
+    #: False for the BF16 presets (no quantized tensor at all)
+    quantized: bool = True

@@ -5,6 +5,8 @@ Each builder decides, per linear, the producer's encoding, and writes the produc
 - ``deepseek-v3-fp8``: native block FP8 (``weight_scale_inv`` F32), BF16 router/norms/embeddings,
   F32 ``e_score_correction_bias``, MTP layer; shards named ``model-0000K-of-000NNN`` (six digits
   after ``of``, as deepseek-ai publishes them).
+- ``deepseek-v3-bf16``: the same model in BF16 (no ``quantization_config``), as DeepSeek's
+  ``fp8_cast_bf16.py`` writes it: the twin every engine runs, for numerics proven bit for bit.
 - ``deepseek-v3-fp8-per-tensor``: same model, per-tensor FP8 (``quant_method: fp8`` without
   ``weight_block_size``): a layout FSE must refuse.
 - ``quark-mxfp4`` / ``quark-mxfp4-ptpc-attn`` / ``quark-fp8-per-tensor`` / ``quark-nvfp4``: Quark's
@@ -57,6 +59,16 @@ def build_deepseek_fp8(d: Dims, opts: PresetOptions, *, per_tensor: bool = False
     return SynthLayout(
         config=deepseek_v3_config(d, qcfg),
         tensors=tensors,
+        shard_digits_total=6,
+        default_shards=d.shards,
+    )
+
+
+def build_deepseek_bf16(d: Dims, opts: PresetOptions) -> SynthLayout:
+    items = _items(d, opts, mtp=True, router_bias_dtype="F32")
+    return SynthLayout(
+        config=deepseek_v3_config(d, None),
+        tensors=expand(items, lambda lin: "bf16"),
         shard_digits_total=6,
         default_shards=d.shards,
     )
@@ -162,7 +174,9 @@ def build_modelopt_nvfp4(d: Dims, opts: PresetOptions) -> SynthLayout:
     )
 
 
-def _spec(name: str, summary: str, producer: str, build, fused: bool = False) -> PresetSpec:
+def _spec(
+    name: str, summary: str, producer: str, build, fused: bool = False, quantized: bool = True
+) -> PresetSpec:
     return PresetSpec(
         name=name,
         summary=summary,
@@ -172,6 +186,7 @@ def _spec(name: str, summary: str, producer: str, build, fused: bool = False) ->
         full=DEEPSEEK_V3_FULL,
         build=build,
         supports_fused_experts=fused,
+        quantized=quantized,
     )
 
 
@@ -181,6 +196,13 @@ DEEPSEEK_V3_PRESETS = [
         "DeepSeek-V3/R1 native block FP8 (weight_scale_inv), dense first layers, MTP layer",
         "deepseek",
         build_deepseek_fp8,
+    ),
+    _spec(
+        "deepseek-v3-bf16",
+        "DeepSeek-V3 in BF16 (no quantization_config, as fp8_cast_bf16.py writes it), MTP layer",
+        "deepseek",
+        build_deepseek_bf16,
+        quantized=False,
     ),
     _spec(
         "deepseek-v3-fp8-per-tensor",

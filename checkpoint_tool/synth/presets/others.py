@@ -4,6 +4,10 @@
   ``.scale`` (F8_E8M0), FP4 routed experts packed in I8 with E8M0 scales per 32, FP8 block
   shared experts, BF16 compressors / indexer weights_proj / router / head, F32 hyper-connection
   parameters, ``mtp.0.*``, engram tables on ``engram_layer_ids``, ``expert_dtype: "fp4"``.
+- ``qwen2-moe`` / ``qwen3-moe``: BF16 Qwen1.5-MoE-style (shared expert + ``shared_expert_gate``,
+  q/k/v biases) and Qwen3-MoE-style (``q_norm``/``k_norm``, no shared expert) checkpoints as
+  transformers 4.x saves them; ``synth.families.qwen_moe.transformers5_config`` gives the
+  transformers-5 spelling of the same config (``num_local_experts``).
 - ``qwen3.5-moe-mxfp4``: Quark MXFP4 export of Qwen3.5-MoE: per-expert MXFP4 routed and shared
   experts; attention (full and linear, ``conv1d`` included), routers, ``shared_expert_gate`` and
   lm_head stay BF16 and are listed in ``exclude`` by exact name.
@@ -11,16 +15,21 @@
 
 from __future__ import annotations
 
+from checkpoint_tool.errors import UsageError
 from checkpoint_tool.synth.dims import (
     DEEPSEEK_V4_FULL,
     DEEPSEEK_V4_TINY,
+    QWEN2_MOE_FULL,
     QWEN3_5_MOE_FULL,
     QWEN3_5_MOE_TINY,
+    QWEN3_MOE_FULL,
+    QWEN_MOE_TINY,
     Dims,
 )
 from checkpoint_tool.synth.expand import expand
 from checkpoint_tool.synth.families.deepseek_v4 import deepseek_v4_config, deepseek_v4_items
 from checkpoint_tool.synth.families.qwen3_5_moe import qwen3_5_moe_config, qwen3_5_moe_items
+from checkpoint_tool.synth.families.qwen_moe import qwen_moe_config, qwen_moe_items
 from checkpoint_tool.synth.layout import Linear, Plain, SynthLayout
 from checkpoint_tool.synth.presets.base import PresetOptions, PresetSpec
 from checkpoint_tool.synth.quark import quark_config
@@ -75,6 +84,16 @@ def build_qwen3_5_moe_mxfp4(d: Dims, opts: PresetOptions) -> SynthLayout:
     )
 
 
+def build_qwen_moe(d: Dims, opts: PresetOptions, *, version: int) -> SynthLayout:
+    if version == 3 and d.n_shared:
+        raise UsageError("qwen3-moe has no shared expert: drop --shared-experts (or use qwen2-moe)")
+    return SynthLayout(
+        config=qwen_moe_config(d, version),
+        tensors=expand(list(qwen_moe_items(d, version)), lambda lin: "bf16"),
+        default_shards=d.shards,
+    )
+
+
 OTHER_PRESETS = [
     PresetSpec(
         name="deepseek-v4",
@@ -95,5 +114,26 @@ OTHER_PRESETS = [
         tiny=QWEN3_5_MOE_TINY,
         full=QWEN3_5_MOE_FULL,
         build=build_qwen3_5_moe_mxfp4,
+    ),
+    PresetSpec(
+        name="qwen2-moe",
+        summary="Qwen2-MoE (Qwen1.5-MoE) in BF16: mlp.shared_expert + shared_expert_gate, "
+        "q/k/v biases",
+        family="qwen3_moe",
+        producer="qwen",
+        tiny=QWEN_MOE_TINY,
+        full=QWEN2_MOE_FULL,
+        build=lambda d, o: build_qwen_moe(d, o, version=2),
+        quantized=False,
+    ),
+    PresetSpec(
+        name="qwen3-moe",
+        summary="Qwen3-MoE in BF16: q_norm/k_norm, no shared expert",
+        family="qwen3_moe",
+        producer="qwen",
+        tiny=QWEN_MOE_TINY.model_copy(update={"n_shared": 0}),
+        full=QWEN3_MOE_FULL,
+        build=lambda d, o: build_qwen_moe(d, o, version=3),
+        quantized=False,
     ),
 ]

@@ -13,9 +13,11 @@ from checkpoint_tool.policy.engine import build_engine_report
 def engine(path: Path, *, tp: int = 1, target: str | None = None, table=None, **opts):
     """Policy (when ckpt can build one) + engine section for ``path``."""
     cat = open_catalog(path)
+    tgt = table.target(target) if table is not None else target
     try:
         pol = build_policy(
             cat,
+            target=tgt,
             tp=tp,
             ep=opts.get("ep", False),
             eplb=opts.get("eplb", False),

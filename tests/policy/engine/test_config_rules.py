@@ -114,3 +114,27 @@ def test_kv_cache_group_with_matching_key_is_accepted(variant):
 def test_known_method_of_another_producer_is_not_unknown(variant):
     # DeepSeek's native fp8 config: quant_method "fp8" is a vLLM method
     assert "config_unknown_quant_method" not in by_rule(engine(variant("deepseek-v3-fp8")))
+
+
+def test_block_fp8_with_static_activations_is_refused(variant):
+    found = by_rule(engine(variant("deepseek-v3-fp8", _set("activation_scheme", "static"))))
+    [f] = found["fp8_block_static_activation"]
+    assert f.upstream == (  # Fp8Config.__init__, quantization/fp8.py
+        "The block-wise quantization only supports dynamic activation scheme for now, but got "
+        "static activation scheme."
+    )
+    assert "fp8_block_static_activation" not in by_rule(engine(variant("deepseek-v3-fp8")))
+
+
+def test_modelopt_float_lm_head_must_be_excluded(variant):
+    import json
+
+    path = variant("modelopt-nvfp4", copy=("hf_quant_config.json",))
+    assert "modelopt_lm_head_quantized" not in by_rule(engine(path))  # the preset excludes it
+    doc = json.loads((path / "hf_quant_config.json").read_text())
+    doc["quantization"]["exclude_modules"] = [
+        e for e in doc["quantization"]["exclude_modules"] if "lm_head" not in e
+    ]
+    (path / "hf_quant_config.json").write_text(json.dumps(doc))
+    [f] = by_rule(engine(path))["modelopt_lm_head_quantized"]
+    assert f.severity == "error" and f.tensors == ["lm_head.weight"]

@@ -24,15 +24,29 @@ def _per_layer_table():
     return table_from_dict(data)
 
 
+AITER_FSE = "vllm-0.33-rocm-aiter-fse"
+
+
 def test_mixed_fse_refused_all_or_nothing(variant):
     # quark-hybrid: layers 1, 2 cannot fuse (excluded / different shared specs), 3, 4 can
-    [f] = by_rule(engine(variant("quark-hybrid")))["fse_mixed_all_or_nothing"]
-    assert f.upstream == "Fused shared experts must be enabled for all MoE layers"
+    [f] = by_rule(engine(variant("quark-hybrid"), target=AITER_FSE))["fse_mixed_all_or_nothing"]
+    assert f.upstream == (  # vllm/model_executor/layers/fused_moe/utils.py (0.32 and 0.33)
+        "Fused shared experts must be enabled for all MoE layers; found 2 enabled and 2 "
+        "disabled layers. Per-layer fused shared experts is not yet supported. Please open "
+        "an issue."
+    )
     assert f.details == {"enabled": [3, 4], "disabled": [1, 2]}
 
 
+def test_stock_engine_fuses_nothing_so_no_mix(variant):
+    # the stock target never enables FSE: the same checkpoint loads there
+    for target in ("vllm-0.33", "vllm-0.32"):
+        assert "fse_mixed_all_or_nothing" not in by_rule(engine(variant("quark-hybrid"), target=target))
+
+
 def test_uniform_fse_accepted(variant):
-    assert "fse_mixed_all_or_nothing" not in by_rule(engine(variant("quark-mxfp4")))
+    found = by_rule(engine(variant("quark-mxfp4"), target=AITER_FSE))
+    assert "fse_mixed_all_or_nothing" not in found
 
 
 def test_per_layer_target(variant):

@@ -63,7 +63,8 @@ def test_inspect_json_has_engine_section_and_exit_code(variant):
     engine = json.loads(ok.output)["engine"]
     assert engine["target"] == "vllm-0.33" and engine["summary"]["will_load"] is True
     bad = runner.invoke(
-        app, ["inspect", str(variant("quark-hybrid")), "--target", "vllm-0.33", "--format", "json"]
+        app,
+        ["inspect", str(variant("quark-hybrid")), "--target", "vllm-0.33-rocm-aiter-fse", "--format", "json"],
     )
     assert bad.exit_code == 1
     rules = {f["rule"] for f in json.loads(bad.output)["engine"]["findings"]}

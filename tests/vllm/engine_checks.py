@@ -1,0 +1,29 @@
+"""Helpers the engine-tier tests share (imported by name: tests/vllm is no package, so that
+it can never shadow the real ``vllm`` on sys.path)."""
+
+from __future__ import annotations
+
+
+def ckpt_cli(*argv: str) -> int:
+    """Run ``ckpt *argv`` in this process (what a user types); return the exit code."""
+    import sys
+
+    from checkpoint_tool.cli.app import main
+
+    saved = sys.argv
+    sys.argv = ["ckpt", *argv]
+    try:
+        main()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    finally:
+        sys.argv = saved
+    return 0
+
+
+def same_logprobs(a, b) -> None:  # type: ignore[no-untyped-def]
+    """Both engine runs loaded and their prompt logprobs are equal, bit for bit."""
+    assert a.loaded, a.failure_text()
+    assert b.loaded, b.failure_text()
+    assert a.prompt_logprobs and all(len(r) > 1 for r in a.prompt_logprobs)
+    assert a.prompt_logprobs == b.prompt_logprobs
