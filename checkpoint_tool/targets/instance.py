@@ -163,6 +163,8 @@ def instantiate(
             _add(inst, mod, layer, scope_names, fse_layers)
     for buf in spec.buffers:
         for layer in _layers(buf.scope, inst, fse_layers):
+            if buf.when is not None and not evaluate(buf.when, {**names, "L": layer}):
+                continue
             for name in buf.names:
                 inst.buffers.append(
                     BufferSite(

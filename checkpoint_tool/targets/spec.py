@@ -88,6 +88,8 @@ class BufferSpec(_Model):
 
     names: list[str]
     scope: Scope
+    #: config expression: only where it holds (e.g. ``quant_family == 'modelopt'``)
+    when: str | None = None
     dtype: str
     shape: list[int]
     value: float

@@ -29,7 +29,10 @@ def expected_params(cat, plan, dst: Path) -> dict[str, tuple[int, ...]]:  # type
     """``{state-dict key: per-rank storage shape}`` the spec requires for this conversion."""
     config = json.loads((dst / "config.json").read_text())
     spec = load_spec(model_facts(config).family)
-    inst = instantiate(spec, config, plan.fse_layers)
+    # vLLM serves a folder with hf_quant_config.json through ModelOpt, which adds KV-cache
+    # scale Parameters on every attention (modelopt.py get_quant_method, kv_cache.py)
+    modelopt = (dst / "hf_quant_config.json").exists()
+    inst = instantiate(spec, {**config, "quant_family": "modelopt" if modelopt else None}, plan.fse_layers)
     keys = KeyResolver(spec)
     schemes = resolve_catalog(cat).tensors
     facts = {layer.layer: layer for layer in model_facts(config, cat.tensors).moe_layers}

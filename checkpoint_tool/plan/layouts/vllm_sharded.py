@@ -55,11 +55,23 @@ def engine_config(ctx: PlanContext) -> dict[str, Any]:
     return config
 
 
+def quant_family(catalog: Any) -> str | None:
+    """The vLLM quantization config family serving ``catalog``, for spec expressions:
+    ``"modelopt"`` (hf_quant_config.json, or a ``modelopt*`` quant_method), else config.json's
+    ``quantization_config.quant_method`` lower-cased (``"fp8"``, ``"quark"``), else None."""
+    qc = (catalog.config or {}).get("quantization_config")
+    method = qc.get("quant_method") if isinstance(qc, dict) else None
+    if catalog.hf_quant_config or (isinstance(method, str) and method.lower().startswith("modelopt")):
+        return "modelopt"
+    return method.lower() if isinstance(method, str) else None
+
+
 def model_instance(ctx: PlanContext, target: str = DEFAULT_TARGET) -> ModelInstance:
     """The target spec of ``ctx``'s model family applied to its (padded) config."""
     archs = (ctx.catalog.config or {}).get("architectures") or []
     spec = load_spec(ctx.facts.family, target, [str(a) for a in archs])
-    inst = instantiate(spec, engine_config(ctx), ctx.fse_layers)
+    names = {**engine_config(ctx), "quant_family": quant_family(ctx.catalog)}
+    inst = instantiate(spec, names, ctx.fse_layers)
     wanted = ctx.options.layers
     if wanted is not None:  # partial conversion: only those layers, no global tensors
         keep = set(wanted)
