@@ -38,6 +38,7 @@ FSE_FILL = {
     "unfused-vllm": "#e8912d",
     "unfused-ckpt": "#c8553d",
     "unfused-option": "#8c8ca6",
+    "unfused-target": "#5b8db8",
     "n/a": "#e4e7ec",
 }
 ALIGNED_FILL = "#dcebdf"
@@ -197,7 +198,10 @@ def engine_row(report: PolicyReport) -> Row | None:
     for m in report.moe_layers:
         items = [(f.severity, f.line()) for f in eng.findings if m.layer in f.layers]
         cells.append(_severity_cell(m.layer, f"{eng.target} findings", items, ok_label="ok"))
-    return Row(f"engine {eng.target}", "engine", cells)
+    # the row name column is fixed (layer_map.LABEL_W): target names such as
+    # vllm-0.33-rocm-aiter-fse do not fit it; each cell's hover and the banner name the target
+    name = f"engine {eng.target}" if len(eng.target) <= 9 else "engine"
+    return Row(name, "engine", cells)
 
 
 def policy_rows(report: PolicyReport) -> list[Row]:

@@ -77,6 +77,7 @@ def legend(report: PolicyReport) -> str:
         _swatch(FSE_FILL["unfused-vllm"], "not fused: vLLM's gate"),
         _swatch(FSE_FILL["unfused-ckpt"], "not fused: storage layout"),
         _swatch(FSE_FILL["unfused-option"], "not fused: option"),
+        _swatch(FSE_FILL["unfused-target"], "not fused: the target engine fuses none (--target)"),
         _swatch(FSE_FILL["n/a"], "no shared experts"),
     ]
     other = [

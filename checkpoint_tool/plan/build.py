@@ -124,11 +124,12 @@ def build_plan(
 def source_label(catalog: Catalog) -> str:
     """How outputs name their source, the same on any machine (no local paths).
 
-    A hub source is its repo id (the revision is recorded next to it); a local one is
+    A hub source is ``hf://`` + its repo id, an S3 one its URL (the revision is recorded next to
+    it); a local one is
     ``sha256:<hex>`` over config.json, hf_quant_config.json, the index and every shard's name
     and header bytes (names, dtypes, shapes, offsets: cheap, ~KB per shard; ``--hash-source``
     adds full data hashes to the manifest). Example: ``"sha256:9f2c...e1"`` or
-    ``"deepseek-ai/DeepSeek-R1"``.
+    ``"hf://deepseek-ai/DeepSeek-R1"`` or ``"s3://bucket/models/R1"``.
     """
     import hashlib
     from pathlib import Path
@@ -137,8 +138,10 @@ def source_label(catalog: Catalog) -> str:
     if cached:
         return cached
     given = str(catalog.source or "")
-    if given and not Path(given).expanduser().exists():  # resolve_source took it as a repo id
-        label = given.removeprefix("hf://").split("@", 1)[0]
+    if given.startswith("s3://"):  # bucket + prefix; the ETag digest is the revision
+        label = given
+    elif given and not Path(given).expanduser().exists():  # a hub repo id, named as the CLI takes it
+        label = "hf://" + given.removeprefix("hf://").split("@", 1)[0]
     else:
         h = hashlib.sha256()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -77,7 +78,7 @@ def test_cli_executor_ray(ray_session, monkeypatch, capsys, synth_ckpt, tmp_path
         assert exc.value.code in (0, None), out.err
         outs.append(tmp_path / name)
         report = json.loads(out.out)
-    assert report["workers"] == 2 and "[1/" in out.err  # the driver's progress lines
+    assert report["workers"] == 2 and re.search(r"^\[ *1/", out.err, re.M)  # the driver's progress lines
     assert tree_bytes(outs[0]) == tree_bytes(outs[1])
 
 

@@ -27,6 +27,9 @@ pytestmark = pytest.mark.skipif(
     "the HTML map is not checked in a browser",
 )
 
+#: a target that fuses per layer: the map then shows fused and unfused layers
+PER_LAYER = ("--target", "vllm-per-layer-fse")
+
 #: sub-pixel slack for glyph boxes (anti-aliasing rounds them outwards)
 SLACK = 0.75
 
@@ -42,7 +45,7 @@ def _page(monkeypatch, capsys, tmp_path, src, tp: str) -> tuple[PolicyReport, Pa
     """The JSON of ``ckpt inspect`` and the page drawn from it (test_page.py shows that
     ``--format html`` prints exactly this page)."""
     report = PolicyReport.model_validate_json(
-        _inspect(monkeypatch, capsys, str(src), "--tp", tp, "--format", "json")
+        _inspect(monkeypatch, capsys, str(src), "--tp", tp, *PER_LAYER, "--format", "json")
     )
     page = tmp_path / "policy.html"
     page.write_text(render_policy_html(report), encoding="utf-8")

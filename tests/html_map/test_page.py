@@ -53,6 +53,11 @@ def _parse(page: str) -> _Tags:
     return p
 
 
+#: the target that fuses per layer, so a map shows fused and unfused layers side by side
+#: (a stock vLLM target fuses none: every FSE cell would be "not fused: target")
+PER_LAYER = ("--target", "vllm-per-layer-fse")
+
+
 @pytest.fixture(scope="module")
 def hybrid_pages(synth_ckpt):
     """quark-hybrid at --tp 2: (exit code json, json text, exit code html, html text)."""
@@ -61,7 +66,7 @@ def hybrid_pages(synth_ckpt):
     out = []
     try:
         for fmt in ("json", "html"):
-            mp.setattr(sys, "argv", ["ckpt", "inspect", src, "--tp", "2", "--format", fmt])
+            mp.setattr(sys, "argv", ["ckpt", "inspect", src, "--tp", "2", *PER_LAYER, "--format", fmt])
             code = 0
             import io
 

@@ -58,4 +58,4 @@ def test_a_hub_source_is_named_by_its_repo_id():
     from checkpoint_tool.catalog.catalog import Catalog
 
     cat = Catalog(root=Path("/nonexistent-cache/x"), tensors={}, files=[], source="hf://org/name@v1")
-    assert source_label(cat) == "org/name"
+    assert source_label(cat) == "hf://org/name"

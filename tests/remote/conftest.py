@@ -41,7 +41,7 @@ def _remote_env(monkeypatch, tmp_path) -> None:
 
 @pytest.fixture
 def tiny(synth_ckpt) -> Path:
-    """Six shards of a DeepSeek-V3 layout (~9 MB), with config, index and side files."""
+    """Nine shards of a DeepSeek-V3 layout in vLLM geometry, with config, index and side files."""
     return synth_ckpt("deepseek-v3-fp8")
 
 

@@ -12,7 +12,7 @@ from tests.remote.conftest import COMMIT, REPO, tree
 from tests.remote.hub_server import Fault
 
 WEIGHTS = (".safetensors", ".index.json")
-SHARD = "model-00002-of-000006.safetensors"
+SHARD = "model-00002-of-000009.safetensors"
 
 
 @pytest.fixture
@@ -129,7 +129,9 @@ def test_plan_driven_prefetch_reads_each_byte_once_in_few_requests(hub, ckpt, tm
     tensors = len(open_local(tiny).tensors)
     data = sum(p.stat().st_size for p in shards)
     data_gets = [r for r in gets if r.startswith("GET /lfs-cdn/")]
-    assert len(data_gets) < tensors / 10  # a header read and a few segments per shard
+    # not one request per tensor: two header reads (inspect, convert) and a few segments per
+    # shard (output order jumps between shards, so a shard's runs form several segments)
+    assert len(data_gets) <= 6 * len(shards) < tensors / 5
     assert hub.bytes_sent <= data * 1.01 + sum(
         (tiny / n).stat().st_size for n in ("config.json", "model.safetensors.index.json")
     ) + (64 << 10) * len(shards)

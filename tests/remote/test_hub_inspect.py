@@ -157,8 +157,8 @@ def test_an_index_naming_a_missing_shard_is_one_line(hub, ckpt, tiny, tmp_path):
 
     broken = tmp_path / "broken"
     shutil.copytree(tiny, broken)
-    (broken / "model-00003-of-000006.safetensors").unlink()
+    (broken / "model-00003-of-000009.safetensors").unlink()
     hub.repos[REPO].folder = broken
     code, _, err = ckpt("inspect", f"hf://{REPO}")
-    assert code == 2 and "model-00003-of-000006.safetensors" in err and "missing" in err, err
+    assert code == 2 and "model-00003-of-000009.safetensors" in err and "missing" in err, err
     assert f"hf://{REPO}@{COMMIT}" in err and len(err.strip().splitlines()) == 1

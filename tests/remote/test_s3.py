@@ -15,7 +15,7 @@ pytest.importorskip("moto.moto_server.werkzeug_app", reason="needs moto[server]"
 
 from tests.remote.s3_server import S3Fault, S3Server
 
-SHARD = "model-00002-of-000006.safetensors"
+SHARD = "model-00002-of-000009.safetensors"
 WEIGHTS = (".safetensors", ".index.json")
 
 
