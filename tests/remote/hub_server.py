@@ -42,6 +42,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
+from .loopback import Loopback
+
 
 @dataclass
 class Fault:
@@ -107,7 +109,7 @@ class _QuietServer(ThreadingHTTPServer):
         pass  # a client that hangs up (a timeout, an abandoned prefetch) is not a server fault
 
 
-class HubServer:
+class HubServer(Loopback):
     """A ``ThreadingHTTPServer`` on 127.0.0.1 in a daemon thread (a context manager)."""
 
     def __init__(self, repos: dict[str, HubRepo]) -> None:
@@ -123,19 +125,7 @@ class HubServer:
         handler = type("Handler", (_Handler,), {"hub": self})
         self.httpd = _QuietServer(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
-        self.endpoint = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    def __enter__(self) -> HubServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._thread.join(timeout=10)
+        self.serve(self.httpd)
 
     def replace(self, repo: str, rel: str, new_file: Path) -> None:
         self.repos[repo].overrides[rel] = Path(new_file)

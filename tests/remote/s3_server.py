@@ -22,6 +22,8 @@ from typing import Any
 
 from werkzeug.serving import make_server
 
+from .loopback import Loopback
+
 
 @dataclass
 class S3Fault:
@@ -38,7 +40,7 @@ class S3Fault:
 _CODES = {500: "InternalError", 503: "SlowDown", 429: "SlowDown"}
 
 
-class S3Server:
+class S3Server(Loopback):
     """moto's S3 in a daemon thread; ``faults`` apply to GETs whose path contains ``match``."""
 
     def __init__(self) -> None:
@@ -55,19 +57,7 @@ class S3Server:
         self.server = make_server(
             "127.0.0.1", 0, self._app, threaded=True, request_handler=MotoRequestHandler
         )
-        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    def __enter__(self) -> S3Server:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=10)
+        self.serve(self.server)
 
     def _take(self, method: str, path: str) -> S3Fault | None:
         if method != "GET":
