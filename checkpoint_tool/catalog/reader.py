@@ -17,6 +17,7 @@ import os
 import torch
 
 from checkpoint_tool.catalog.catalog import Catalog, TensorEntry
+from checkpoint_tool.catalog.safetensors_format import storage_shape
 from checkpoint_tool.errors import InputError
 
 #: safetensors dtype -> torch dtype of the tensor we hand out. Sub-byte and E8M0 types come
@@ -65,12 +66,9 @@ def read_range(path: os.PathLike[str] | str, begin: int, end: int) -> bytes:
     return bytes(buf)
 
 
-def storage_shape(entry: TensorEntry) -> tuple[int, ...]:
-    """Shape of the tensor as handed out (F4 logical last dim halved to bytes)."""
-    if entry.dtype == "F4":
-        *lead, last = entry.shape
-        return (*lead, (last + 1) // 2)
-    return entry.shape
+def entry_storage_shape(entry: TensorEntry) -> tuple[int, ...]:
+    """Shape of the tensor as handed out (``F4`` logical last dim halved to bytes)."""
+    return storage_shape(entry.dtype, entry.shape, name=entry.name)
 
 
 def bytes_to_tensor(raw: bytes, dtype: str, shape: tuple[int, ...]) -> torch.Tensor:
@@ -90,12 +88,12 @@ def read_tensor(cat: Catalog, entry: TensorEntry | str) -> torch.Tensor:
     if isinstance(entry, str):
         entry = cat.get(entry)
     raw = cat.read_bytes(entry.file, entry.begin, entry.end)  # local pread or ranged GET
-    return bytes_to_tensor(raw, entry.dtype, storage_shape(entry))
+    return bytes_to_tensor(raw, entry.dtype, entry_storage_shape(entry))
 
 
 def read_rows(cat: Catalog, entry: TensorEntry, start: int, stop: int) -> torch.Tensor:
     """Read rows ``[start, stop)`` along dim 0 only (one contiguous byte range)."""
-    shape = storage_shape(entry)
+    shape = entry_storage_shape(entry)
     row_bytes = entry.nbytes // shape[0] if shape and shape[0] else 0
     raw = cat.read_bytes(
         entry.file, entry.begin + start * row_bytes, entry.begin + stop * row_bytes

@@ -61,6 +61,58 @@ def tensor_nbytes(dtype: str, shape: tuple[int, ...] | list[int]) -> int:
     return (bits + 7) // 8
 
 
+def storage_layout(
+    dtype: str, shape: tuple[int, ...] | list[int], *, name: str = ""
+) -> tuple[tuple[int, ...], int]:
+    """Storage shape and bytes per storage element of a header ``dtype``/``shape``: the one
+    owner of sub-byte packing. Sub-byte dtypes count their last dim in bytes.
+
+    ``F4 [8, 64]`` -> ``((8, 32), 1)``; ``F6_E2M3 [8, 64]`` -> ``((8, 48), 1)``;
+    ``BF16 [8, 64]`` -> ``((8, 64), 2)``. A last dim that does not fill whole bytes
+    (``F4 [8, 7]``) has no row-wise storage shape (safetensors packs the flat tensor):
+    ``InputError`` naming the tensor.
+    """
+    bits = DTYPE_BITS.get(dtype)
+    if bits is None:
+        raise InputError(f"tensor '{name}': dtype {dtype} is not a safetensors dtype ckpt knows")
+    shape = tuple(shape)
+    if bits % 8 == 0:
+        return shape, bits // 8
+    if not shape:
+        return (1,), 1
+    *lead, last = shape
+    if (last * bits) % 8:
+        raise InputError(
+            f"tensor '{name}': {dtype} shape {list(shape)} does not pack its last dim into whole "
+            f"bytes ({last} x {bits} bits); ckpt cannot slice such a tensor by rows"
+        )
+    return (*lead, last * bits // 8), 1
+
+
+def storage_shape(
+    dtype: str, shape: tuple[int, ...] | list[int], *, name: str = ""
+) -> tuple[int, ...]:
+    """Storage shape of a header ``dtype``/``shape`` (see ``storage_layout``):
+    ``F4 [8, 64]`` -> ``(8, 32)``."""
+    return storage_layout(dtype, shape, name=name)[0]
+
+
+def header_shape(dtype: str, storage: tuple[int, ...] | list[int]) -> list[int]:
+    """Inverse of ``storage_shape``: the shape a safetensors header records,
+    ``("F4", (8, 32))`` -> ``[8, 64]``."""
+    out = list(storage)
+    bits = DTYPE_BITS[dtype]
+    if bits % 8 and out:
+        out[-1] = out[-1] * 8 // bits
+    return out
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes per storage element: ``BF16`` 2; sub-byte dtypes 1 (a byte of packed values)."""
+    bits = DTYPE_BITS[dtype]
+    return bits // 8 if bits % 8 == 0 else 1
+
+
 @dataclass(frozen=True)
 class TensorHeader:
     """One header entry with absolute byte offsets ``[begin, end)`` in its file."""

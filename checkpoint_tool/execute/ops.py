@@ -31,28 +31,12 @@ from typing import Protocol
 import numpy as np
 
 from checkpoint_tool.catalog.catalog import TensorEntry
-from checkpoint_tool.catalog.safetensors_format import DTYPE_BITS
+from checkpoint_tool.catalog.safetensors_format import storage_layout
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.plan.model import OutputTensor, Piece
 
 #: reads ``nbytes`` at absolute ``offset`` of ``file`` into a reusable buffer; returns a view
 ReadFn = Callable[[str, int, int], memoryview]
-
-
-def storage_layout(dtype: str, shape: tuple[int, ...] | list[int]) -> tuple[tuple[int, ...], int]:
-    """Storage shape and element size in bytes of a header ``dtype``/``shape``.
-
-    Sub-byte dtypes are counted in bytes on their last dim: ``F4 [8, 64]`` -> ``((8, 32), 1)``,
-    ``F6_E2M3 [8, 64]`` -> ``((8, 48), 1)``; ``BF16 [8, 64]`` -> ``((8, 64), 2)``.
-    """
-    bits = DTYPE_BITS[dtype]
-    shape = tuple(shape)
-    if bits % 8 == 0:
-        return shape, bits // 8
-    if not shape:
-        return (1,), 1
-    *lead, last = shape
-    return (*lead, (last * bits + 7) // 8), 1
 
 
 class Node(Protocol):

@@ -140,7 +140,9 @@ def source_label(catalog: Catalog) -> str:
     given = str(catalog.source or "")
     if given.startswith("s3://"):  # bucket + prefix; the ETag digest is the revision
         label = given
-    elif given and not Path(given).expanduser().exists():  # a hub repo id, named as the CLI takes it
+    elif (
+        given and not Path(given).expanduser().exists()
+    ):  # a hub repo id, named as the CLI takes it
         label = "hf://" + given.removeprefix("hf://").split("@", 1)[0]
     else:
         h = hashlib.sha256()

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from checkpoint_tool.catalog.safetensors_format import tensor_nbytes
+from checkpoint_tool.catalog.safetensors_format import storage_shape, tensor_nbytes
 from checkpoint_tool.errors import InputError, UsageError
 from checkpoint_tool.plan.context import PlanContext, layer_of
 from checkpoint_tool.plan.experts import ExpertPart
@@ -307,9 +307,7 @@ def _expert_placement(
 
 
 def _storage(entry) -> tuple[int, ...]:  # type: ignore[no-untyped-def]
-    from checkpoint_tool.plan.summary import storage_shape
-
-    return storage_shape(entry.dtype, entry.shape)
+    return storage_shape(entry.dtype, entry.shape, name=entry.name)
 
 
 def _record(

@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from checkpoint_tool.catalog.catalog import TensorEntry
+from checkpoint_tool.catalog.safetensors_format import element_bytes, header_shape, storage_shape
 from checkpoint_tool.errors import AlignmentError, InputError
 from checkpoint_tool.plan.model import Pad, Piece, Region
-from checkpoint_tool.plan.summary import element_bytes, header_shape, storage_shape
 from checkpoint_tool.quant.storage.dtypes import one_fill
 
 #: tensor roles the codecs describe (the others have no intermediate dim, or are plain)

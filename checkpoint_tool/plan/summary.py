@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from checkpoint_tool.catalog.safetensors_format import tensor_nbytes
+from checkpoint_tool.catalog.safetensors_format import element_bytes, storage_shape, tensor_nbytes
 
 if TYPE_CHECKING:
     from checkpoint_tool.catalog.catalog import Catalog
@@ -70,28 +70,6 @@ class PlanSummary(BaseModel):
     #: it reads); the executor streams, so this bounds the buffers, not the model size
     peak_memory_bytes: int = 0
     peak_memory_tensor: str | None = None
-
-
-def storage_shape(dtype: str, shape: tuple[int, ...] | list[int]) -> tuple[int, ...]:
-    """Storage shape of a header ``dtype``/``shape``: ``F4`` headers record the logical shape
-    (two values per byte along the last dim); every other dtype stores what it says."""
-    shape = tuple(shape)
-    if dtype == "F4" and shape:
-        return (*shape[:-1], shape[-1] // 2)
-    return shape
-
-
-def header_shape(dtype: str, storage: tuple[int, ...] | list[int]) -> list[int]:
-    """Inverse of ``storage_shape``: the shape a safetensors header records."""
-    storage = list(storage)
-    if dtype == "F4" and storage:
-        storage[-1] *= 2
-    return storage
-
-
-def element_bytes(dtype: str) -> int:
-    """Bytes per storage element (``F4``: one byte holds two values)."""
-    return 1 if dtype == "F4" else tensor_nbytes(dtype, (1,))
 
 
 def piece_source_bytes(catalog: Catalog, tensor: OutputTensor) -> int:

@@ -42,6 +42,7 @@ from checkpoint_tool.quant.configs.names import (
     split_tensor_name,
 )
 from checkpoint_tool.quant.configs.shapes import expected_siblings, weight_shape_problem
+from checkpoint_tool.quant.roles import ROLE_BY_SUFFIX, SCALE_ROLES, Role
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 from checkpoint_tool.report import Issue
 
@@ -57,21 +58,8 @@ __all__ = [
     "split_tensor_name",
 ]
 
-Role = Literal["weight", "scale", "global_scale", "input_scale", "bias", "other"]
 Semantics = Literal["vllm", "producer"]
 
-_ROLE_BY_SUFFIX: dict[str, Role] = {
-    "weight": "weight",
-    "weight_scale": "scale",
-    "weight_scale_inv": "scale",
-    "scale": "scale",
-    "weight_scale_2": "global_scale",
-    "input_scale": "input_scale",
-    "input_scale_2": "input_scale",
-    "bias": "bias",
-    "e_score_correction_bias": "bias",
-}
-_SCALE_ROLES = ("scale", "global_scale", "input_scale")
 #: Quark leaves fused 3-D expert parameters (``X.experts.gate_up_proj`` [E, 2I, H],
 #: ``X.experts.down_proj`` [E, H, I]) unquantized in BF16
 FUSED_EXPERT_PARAMS = ("gate_up_proj", "down_proj")
@@ -242,7 +230,7 @@ def _resolve_split(
                 )
             scheme = _scheme(qconfig, f"{module}.0.{suffix}", semantics)
             return ResolvedTensor(name=name, module=name, role="weight", scheme=scheme)
-    role = _ROLE_BY_SUFFIX.get(suffix, "other")
+    role = ROLE_BY_SUFFIX.get(suffix, "other")
     if role == "other":
         scheme = unquantized(source, f"parameter {suffix!r}: not a weight, stored as is")
         return ResolvedTensor(name=name, module=module, role=role, scheme=scheme)
@@ -332,7 +320,7 @@ def _resolve_catalog(catalog: Any, qconfig: QuantConfig, semantics: Semantics) -
     cache: dict = {}
     tensors: dict[str, ResolvedTensor] = {}
     by_module: dict[str, dict[str, str]] = defaultdict(dict)
-    role_of = _ROLE_BY_SUFFIX.get
+    role_of = ROLE_BY_SUFFIX.get
     for name, e in catalog.tensors.items():
         module, _, suffix = name.rpartition(".")  # split_tensor_name, inlined: ~92k names
         role = role_of(suffix)
@@ -450,7 +438,7 @@ def _dsv4_float_linears(catalog: Any, rc: ResolvedCatalog, by_module: dict) -> N
         w = parts.get("weight")
         if w is None or rc.tensors[w].role != "weight" or not rc.tensors[w].scheme.quantized:
             continue
-        has_scale = any(rc.tensors[n].role in _SCALE_ROLES for n in parts.values())
+        has_scale = any(rc.tensors[n].role in SCALE_ROLES for n in parts.values())
         if catalog.tensors[w].dtype in FLOAT_DTYPES and not has_scale:
             rule = "deepseek_v4: float weight without .scale (module built unquantized)"
             scheme = unquantized(rc.qconfig.source, rule)
@@ -479,7 +467,7 @@ def _check_module(
         role = rc.tensors[name].role
         if role == "weight":
             weight = weight or name
-        elif role in _SCALE_ROLES:
+        elif role in SCALE_ROLES:
             scales.append((suffix, name))
     if weight is None:
         for _, n in scales:

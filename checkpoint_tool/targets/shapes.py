@@ -4,7 +4,7 @@ The engine allocates each parameter from logical sizes (``create_weights``); the
 shape of every role then follows from the format's codec (packed FP4 bytes, ceil-shaped group
 and block scales). Per-tensor values (0-d) become one entry per merged shard in a linear,
 ``[E, 2]`` (gate, up) or ``[E]`` in the routed experts. Shapes are storage shapes
-(``plan.summary.storage_shape``): what the bytes are, whatever dtype header a file records.
+(``catalog.safetensors_format.storage_shape``): what the bytes are, whatever dtype header a file records.
 
 Example (Quark MXFP4 o_proj, hidden 7168, 128 heads x v_head 128, TP 8)::
 

@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 from checkpoint_tool.catalog import open_local
+from checkpoint_tool.catalog.safetensors_format import storage_layout
 from checkpoint_tool.errors import InputError
-from checkpoint_tool.execute.ops import build_node, storage_layout
+from checkpoint_tool.execute.ops import build_node
 from checkpoint_tool.execute.source import RangeReader, SourceFiles
 from checkpoint_tool.execute.stream import BufferSink, TensorStream
 from checkpoint_tool.plan.model import OutputTensor, Pad, Piece, Region

@@ -15,7 +15,7 @@ import re
 import pytest
 from safetensors import safe_open
 
-from checkpoint_tool.plan.summary import storage_shape
+from checkpoint_tool.catalog.safetensors_format import storage_shape
 
 from .conftest import SHARDED_PRESETS
 from .expected import expected_params

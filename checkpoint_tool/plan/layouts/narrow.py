@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from functools import lru_cache
 
 from checkpoint_tool.catalog.catalog import TensorEntry
+from checkpoint_tool.catalog.safetensors_format import storage_shape
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.plan.model import OutputTensor, Pad, Piece, Region
-from checkpoint_tool.plan.summary import storage_shape
 
 
 def _axis(dim: int, rank: int) -> int:

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from checkpoint_tool.catalog.safetensors_format import element_bytes, header_shape, storage_shape
 from checkpoint_tool.errors import AlignmentError, InputError
 from checkpoint_tool.plan.layouts.narrow import narrow, pieces_shape
 from checkpoint_tool.plan.model import OutputTensor, Pad, Piece, Region
-from checkpoint_tool.plan.summary import element_bytes, header_shape, storage_shape
 from checkpoint_tool.quant.resolve import storage_key
 from checkpoint_tool.targets.instance import BufferSite, LinearSite, ParamSite, VocabSite
 from checkpoint_tool.targets.shapes import (

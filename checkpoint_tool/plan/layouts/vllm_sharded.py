@@ -61,7 +61,9 @@ def quant_family(catalog: Any) -> str | None:
     ``quantization_config.quant_method`` lower-cased (``"fp8"``, ``"quark"``), else None."""
     qc = (catalog.config or {}).get("quantization_config")
     method = qc.get("quant_method") if isinstance(qc, dict) else None
-    if catalog.hf_quant_config or (isinstance(method, str) and method.lower().startswith("modelopt")):
+    if catalog.hf_quant_config or (
+        isinstance(method, str) and method.lower().startswith("modelopt")
+    ):
         return "modelopt"
     return method.lower() if isinstance(method, str) else None
 
