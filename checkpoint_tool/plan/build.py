@@ -1,16 +1,17 @@
-"""``build_plan``: catalog + policy + recipe + options -> the Plan. Pure: no tensor data read.
+"""``build_plan``: catalog + policy decision + recipe + options -> the Plan. Pure: no tensor
+data read.
 
-Steps: the planning context (model facts, resolved schemes, per-layer FSE as the policy
-decided it, the padded intermediate size), every source tensor placed (``plan.outputs``),
-files from the layout (``plan.layouts``), config.json edited (``plan.config_edit``) and
-checked, the summary. ``plan_for_catalog`` also picks the recipe and builds the policy, for
-``ckpt plan`` and ``ckpt convert``.
+Steps: the planner's inputs (``plan.inputs``: experts indexed, FSE settled against the
+recipe, the padded intermediate size), every source tensor placed (``plan.outputs``, which
+composes the per-kind functions of ``plan.kinds``), files from the layout (``plan.layouts``),
+config.json edited (``plan.config_edit``) and checked, the summary. ``plan_for_catalog`` also
+picks the recipe and decides the policy, for ``ckpt plan`` and ``ckpt convert``.
 
 Example::
 
     cat = open_catalog("/models/quark-hybrid")
     plan = plan_for_catalog(cat, PlanOptions(tp=2, max_shard_size=parse_size("5GB")))
-    plan.summary.redirected, plan.summary.padded_intermediate_size   # (6, 192)
+    plan.summary.padded, plan.summary.padded_intermediate_size   # (240, 192)
 """
 
 from __future__ import annotations
@@ -19,15 +20,13 @@ from typing import Any
 
 from checkpoint_tool import __version__
 from checkpoint_tool.catalog.catalog import INDEX_NAME, Catalog
-from checkpoint_tool.model import ModelFacts
 from checkpoint_tool.plan.config_edit import check_schemes, edit_config, is_exact
-from checkpoint_tool.plan.context import PlanContext
+from checkpoint_tool.plan.inputs import PlanInputs, plan_inputs
 from checkpoint_tool.plan.layouts import get_layout
 from checkpoint_tool.plan.model import Plan, PlanOptions
 from checkpoint_tool.plan.outputs import Planned, plan_outputs
-from checkpoint_tool.plan.sharding import file_layers
-from checkpoint_tool.plan.summary import FileSummary, compute_summary
-from checkpoint_tool.quant.resolve import ResolvedCatalog
+from checkpoint_tool.plan.summary import plan_summary
+from checkpoint_tool.policy.decision import PolicyDecision
 from checkpoint_tool.recipes import Recipe, auto_recipe, load_recipe
 
 #: files of a previous ckpt run that must not be copied as side files
@@ -36,29 +35,20 @@ FSE_ENV = "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS"
 
 
 def build_plan(
-    catalog: Catalog,
-    policy: Any,
-    recipe: Recipe,
-    options: PlanOptions,
-    *,
-    resolved: ResolvedCatalog | None = None,
-    facts: ModelFacts | None = None,
+    catalog: Catalog, decision: PolicyDecision, recipe: Recipe, options: PlanOptions
 ) -> Plan:
-    """The plan that converts ``catalog`` with ``recipe`` under ``options``.
-
-    ``policy`` is the ``PolicyReport`` built for the same ``--tp``/``--fse`` (its per-layer
-    FSE decision is used as is); ``resolved`` / ``facts`` may be passed when already built.
-    """
-    ctx = PlanContext.create(catalog, policy, recipe, options, resolved=resolved, facts=facts)
-    planned = plan_outputs(ctx)
-    files = get_layout(options.layout).build_files(ctx, planned)
+    """The plan that converts ``catalog`` with ``recipe`` under ``options``; ``decision`` is
+    the policy decided for the same ``--tp``/``--fse`` (``policy.decide_policy``)."""
+    inputs = plan_inputs(catalog, decision, recipe, options)
+    planned = plan_outputs(inputs)
+    files = get_layout(options.layout).build_files(inputs, planned)
     renames = {k: sorted(v) for k, v in sorted(planned.module_renames.items())}
     config, config_notes = edit_config(
         catalog.config,
-        geometry=ctx.geometry,
+        geometry=inputs.geometry,
         module_renames=renames,
-        metadata=_metadata(ctx),
-        exclude=_unfused_excludes(ctx, planned),
+        metadata=_metadata(inputs),
+        exclude=_unfused_excludes(inputs, planned),
     )
     strict = (
         planned.redirected_modules
@@ -66,44 +56,13 @@ def build_plan(
         | (set(renames) & _exact_entries(catalog.config))
     )
     check_notes = check_schemes(
-        catalog, ctx.resolved.tensors, config, planned.provenance, set(renames), strict
-    )
-    file_summaries = [
-        FileSummary(
-            name=f.name,
-            tensors=len(f.tensors),
-            nbytes=f.nbytes,
-            layers=file_layers(f),
-        )
-        for f in files
-    ]
-    summary = compute_summary(
-        catalog,
-        [t for f in files for t in f.tensors],
-        file_summaries,
-        kinds=planned.kinds,
-        padded=planned.padded,
-        experts=planned.experts,
-        nbytes=planned.nbytes,
-        dropped_rules=[d.rule for d in planned.dropped],
-        tp=options.tp,
+        catalog, inputs.resolved.tensors, config, planned.provenance, set(renames), strict
     )
     provenance = planned.provenance
-    if any(f.rank is not None for f in files):  # per-rank layouts: exact per-rank figures
-        summary.bytes_per_rank = [
-            sum(f.nbytes for f in files if f.rank == r) for r in range(options.tp)
-        ]
+    if any(f.rank is not None for f in files):  # per-rank layouts: read off the pieces
         provenance = _piece_provenance(files)
-    geo = ctx.geometry
-    fse_on = sorted(k for k, v in ctx.fse_layers.items() if v)
-    summary.fse_enabled_layers = fse_on
-    summary.fse_disabled_layers = sorted(k for k, v in ctx.fse_layers.items() if not v)
-    summary.moe_intermediate_size = geo.size
-    summary.padded_intermediate_size = geo.padded
-    summary.pad_to = geo.pad_to
-    summary.shared_intermediate_size = geo.shared_size
-    summary.padded_shared_intermediate_size = geo.shared_padded
-    notes = [*ctx.notes, *config_notes, *check_notes, *_engine_notes(ctx, planned, fse_on)]
+    fse_on = sorted(k for k, v in inputs.fse_layers.items() if v)
+    notes = [*inputs.notes, *config_notes, *check_notes, *_engine_notes(inputs, fse_on)]
     return Plan(
         ckpt_version=__version__,
         source=source_label(catalog),
@@ -114,9 +73,9 @@ def build_plan(
         dropped=planned.dropped,
         config=config,
         side_files=[f for f in catalog.side_files if f not in _NOT_SIDE_FILES],
-        fse_layers=dict(sorted(ctx.fse_layers.items())),
+        fse_layers=dict(sorted(inputs.fse_layers.items())),
         provenance=provenance,
-        summary=summary,
+        summary=plan_summary(inputs, planned, files),
         notes=notes,
     )
 
@@ -175,10 +134,9 @@ def plan_for_catalog(
     recipe: str | Recipe | None = None,
     ep: bool = False,
 ) -> Plan:
-    """Pick the recipe (``auto_recipe`` unless given), build the policy for ``options`` and
+    """Pick the recipe (``auto_recipe`` unless given), decide the policy for ``options`` and
     plan: what ``ckpt plan`` and ``ckpt convert`` run."""
-    from checkpoint_tool.policy import build_policy
-    from checkpoint_tool.quant.resolve import resolve_catalog
+    from checkpoint_tool.policy import decide_policy
 
     if recipe is None:
         chosen = auto_recipe(catalog)
@@ -186,33 +144,30 @@ def plan_for_catalog(
         chosen = recipe
     else:
         chosen = load_recipe(recipe)
-    resolved = resolve_catalog(catalog)
-    policy = build_policy(
-        catalog, tp=options.tp, ep=ep, fse=options.fse, resolved=resolved, target=options.target
-    )
-    return build_plan(catalog, policy, chosen, options, resolved=resolved)
+    decision = decide_policy(catalog, tp=options.tp, ep=ep, fse=options.fse, target=options.target)
+    return build_plan(catalog, decision, chosen, options)
 
 
-def _metadata(ctx: PlanContext) -> dict[str, Any]:
+def _metadata(inputs: PlanInputs) -> dict[str, Any]:
     """What ``config.json["ckpt"]`` records about the conversion."""
-    geo = ctx.geometry
-    o = ctx.options
+    geo = inputs.geometry
+    o = inputs.options
     meta: dict[str, Any] = {
         "ckpt_version": __version__,
-        "source": source_label(ctx.catalog),
-        "source_revision": ctx.catalog.revision,
-        "recipe": ctx.recipe.name,
+        "source": source_label(inputs.catalog),
+        "source_revision": inputs.catalog.revision,
+        "recipe": inputs.recipe.name,
         "layout": o.layout,
         "tp": o.tp,
         "fse": o.fse,
-        "target": target_of(o).name,
+        "target": inputs.decision.target.name,
         "pad_to": geo.pad_to,
         "moe_intermediate_size": {"source": geo.size, "written": geo.padded},
-        "fse_layers": sorted(k for k, v in ctx.fse_layers.items() if v),
+        "fse_layers": sorted(k for k, v in inputs.fse_layers.items() if v),
         "fse_slots": {
             str(layer.layer): list(range(layer.n_routed, layer.n_routed + layer.n_shared))
-            for layer in ctx.facts.moe_layers
-            if ctx.fse_layers.get(layer.layer)
+            for layer in inputs.facts.moe_layers
+            if inputs.fse_layers.get(layer.layer)
         },
     }
     if geo.shared_size is not None:
@@ -238,17 +193,17 @@ def _piece_provenance(files: list) -> dict[str, list[str]]:  # type: ignore[type
     return {k: list(v) for k, v in sorted(out.items())}
 
 
-def _unfused_excludes(ctx: PlanContext, planned: Planned) -> list[str]:
+def _unfused_excludes(inputs: PlanInputs, planned: Planned) -> list[str]:
     """FusedMoE modules whose float 3-D experts were unfused but whose per-expert names the
     config would resolve as quantized (Quark's fused-parameter quirk)."""
     from checkpoint_tool.quant.resolve import resolve_tensor
 
     out: set[str] = set()
     for name in planned.unfused_modules:
-        layer = ctx.experts[name].layer
+        layer = inputs.experts[name].layer
         per_expert = f"{layer.routed_prefix}.0.{layer.proj_name('gate')}.weight"
-        stored = ctx.resolved.tensors[name].scheme
-        configured = resolve_tensor(ctx.resolved.qconfig, per_expert).scheme
+        stored = inputs.resolved.tensors[name].scheme
+        configured = resolve_tensor(inputs.resolved.qconfig, per_expert).scheme
         if configured.quantized and not stored.quantized:
             out.add(layer.routed_prefix)
     return sorted(out)
@@ -278,9 +233,9 @@ def serve_settings(target: Any, fse_on: list[int]) -> list[str]:
     return list(target.env) if fse_on and target.fuses else []
 
 
-def _engine_notes(ctx: PlanContext, planned: Planned, fse_on: list[int]) -> list[str]:
+def _engine_notes(inputs: PlanInputs, fse_on: list[int]) -> list[str]:
     notes = []
-    target = target_of(ctx.options)
+    target = inputs.decision.target
     if fse_on and not target.fuses:
         notes.append(
             f"shared experts were written as routed slots on MoE layer(s) {fse_on} (--fse on), "
@@ -294,9 +249,9 @@ def _engine_notes(ctx: PlanContext, planned: Planned, fse_on: list[int]) -> list
             f"{' '.join(target.env)} ({target.name}); without FSE the slots "
             "experts.{n_routed + j} do not load (an error, not a silent drop)"
         )
-    if ctx.options.layers is not None:
+    if inputs.options.layers is not None:
         notes.append(
-            f"partial conversion: only layers {sorted(ctx.options.layers)} are written; the "
+            f"partial conversion: only layers {sorted(inputs.options.layers)} are written; the "
             "output is for inspection and verification, not for serving"
         )
     return notes

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoint_tool.errors import UsageError
-from checkpoint_tool.model import ModelFacts
+from checkpoint_tool.policy.decision import PolicyDecision
 
 SHARED_KEY = "shared_expert_intermediate_size"
 
@@ -91,33 +91,36 @@ def _alignment(pad_to: int | None, scheme_alignment: int, what: str) -> int:
 
 
 def plan_geometry(
-    facts: ModelFacts,
-    policy: Any,
+    decision: PolicyDecision,
     fse_layers: Mapping[int, bool],
     *,
-    tp: int,
     pad_to: int | None,
     config: Mapping[str, Any] | None,
 ) -> Geometry:
-    """The padded intermediate size(s) for ``tp`` (see the module docstring)."""
-    layers = facts.moe_layers
+    """The padded intermediate size(s) for the decision's TP (see the module docstring).
+
+    Each layer's alignment is the policy's (``LayerDecision.routed_alignment``, and
+    ``shared_alignment`` for a shared MLP that stays separate); this only takes their LCM.
+    """
+    layers = decision.facts.moe_layers
+    tp, moe_tp = decision.tp, decision.moe_tp
     if not layers:
         return Geometry(tp=tp, moe_tp=tp)
-    moe_tp = 1 if getattr(policy, "ep", False) else tp
     separate = config_value(config, SHARED_KEY) is not None
     units: list[int] = []
     shared_units: list[int] = []
     chosen: set[int] = set()
     for layer in layers:
-        pol = policy.layer(layer.layer) if policy is not None else None
-        a_routed = pol.intermediate.alignment if pol is not None else 1
+        d = decision.layer(layer.layer)
+        a_routed = d.routed_alignment if d is not None else 1
         a = _alignment(pad_to, a_routed, f"the experts of MoE layer {layer.layer}")
         chosen.add(a)
         units.append(moe_tp * a)
         if layer.n_shared <= 0 or fse_layers.get(layer.layer, False):
             continue
-        geo = pol.shared_intermediate if pol is not None else None
-        a_shared = geo.alignment if geo is not None else a_routed
+        a_shared = a_routed
+        if d is not None and d.shared_alignment is not None:
+            a_shared = d.shared_alignment
         a_s = _alignment(pad_to, a_shared, f"the shared expert of MoE layer {layer.layer}")
         chosen.add(a_s)
         if separate:

@@ -1,62 +1,56 @@
 """The Plan: every output tensor described as byte-level operations on source tensors.
 
-A plan is pure data (pydantic, JSON-serializable; ``ckpt plan --format json`` prints it). The
-executor needs nothing else to write the output: it reads each ``Piece``'s source tensor region,
-pads it, combines the pieces, and writes the tensors of each ``OutputFile`` in order.
+A plan is pure data. Inside ckpt it is compact (slotted records and named tuples: a full-size
+R1 plan has ~92k output tensors); at the JSON edge (``ckpt plan --format json``, the manifest's
+plan hash, ``Plan.model_validate_json``) it is exactly the document ``plan.document`` declares,
+with pydantic validating what comes in (``plan.json_edge``). The executor needs nothing else to
+write the output: it reads each ``Piece``'s source region, pads it, combines the pieces, and
+writes the tensors of each ``OutputFile`` in order.
 
-All coordinates are **storage** coordinates: the tensor as its safetensors header stores it
-(packed FP4 ``U8 [out, in/2]`` slices in bytes along the last dim; group scales in groups). The
-planner converts logical slices to storage ones through the codecs and refuses misaligned ones,
-so the executor stays a dumb, fast byte mover.
+All coordinates are **storage** coordinates (see ``checkpoint_tool.regions``). The planner
+converts logical slices to storage ones through the codecs and refuses misaligned ones, so the
+executor stays a dumb, fast byte mover.
 
 Example (TP rank 1 of 2 of an MXFP4 down projection, padded from 96 to 128 per rank)::
 
     OutputTensor(
         name="model.layers.3.mlp.experts.7.down_proj.weight", dtype="U8", shape=[7168, 64],
-        pieces=[Piece(source="model.layers.3.mlp.experts.7.down_proj.weight",
-                      slices=[Region(dim=1, start=48, stop=96)],
-                      pads=[Pad(dim=1, amount=16, fill="00")])],
-        ops=["tp_slice rank 1/2 dim 1", "pad dim 1 +16 bytes (zero weights)"])
+        pieces=(Piece(source="model.layers.3.mlp.experts.7.down_proj.weight",
+                      slices=(Region(dim=1, start=48, stop=96),),
+                      pads=(Pad(dim=1, amount=16, fill="00"),)),),
+        ops=("tp_slice rank 1/2 dim 1", "pad dim 1 +16 bytes (zero weights)"))
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from checkpoint_tool.plan.summary import PlanSummary
+from checkpoint_tool.regions import Pad, Piece, Region
+
+__all__ = [
+    "DroppedTensor",
+    "OutputFile",
+    "OutputTensor",
+    "Pad",
+    "Piece",
+    "Plan",
+    "PlanOptions",
+    "Region",
+]
+
+Combine = Literal["single", "concat", "stack"]
+
+#: the ops of a tensor written as it is (shared by every such tensor)
+COPY_OPS: tuple[str, ...] = ("copy",)
 
 
-class Region(BaseModel):
-    """Keep ``[start, stop)`` along ``dim`` of the source tensor (storage coordinates)."""
-
-    dim: int
-    start: int
-    stop: int
-
-
-class Pad(BaseModel):
-    """Append ``amount`` elements along ``dim``, each element the bytes ``fill`` (hex, LE).
-
-    ``fill`` examples: ``"00"`` zero FP4/FP8/U8, ``"7f"`` E8M0 scale 1.0, ``"0000803f"`` F32 1.0,
-    ``"3f80"`` is *not* valid for BF16 (little-endian): BF16 1.0 is ``"803f"``.
-    """
-
-    dim: int
-    amount: int
-    fill: str = "00"
-
-
-class Piece(BaseModel):
-    """One source tensor, sliced (regions applied in order) then padded (pads in order)."""
-
-    source: str
-    slices: list[Region] = Field(default_factory=list)
-    pads: list[Pad] = Field(default_factory=list)
-
-
-class OutputTensor(BaseModel):
+@dataclass(slots=True, eq=False)
+class OutputTensor:
     """One tensor to write. ``combine``: ``single`` (one piece), ``concat`` along ``axis``,
     or ``stack`` (new leading dim ``axis``, e.g. experts into a 3-D parameter). A ``stack`` on
     axis 0 writes its pieces back to back, so ``shape`` may be any shape with the same element
@@ -64,26 +58,49 @@ class OutputTensor(BaseModel):
 
     name: str
     dtype: str
-    shape: list[int]
-    pieces: list[Piece]
-    combine: Literal["single", "concat", "stack"] = "single"
+    shape: Sequence[int]
+    pieces: Sequence[Piece]
+    combine: Combine = "single"
     axis: int = 0
-    #: what happened to it, for reports: e.g. ["rename", "fse_redirect slot 256", "pad dim 0 +32"]
-    ops: list[str] = Field(default_factory=list)
+    #: what happened to it, for reports: e.g. ("rename", "fse_redirect slot 256", "pad dim 0 +32")
+    ops: Sequence[str] = ()
     #: MoE layer this tensor belongs to (None for non-MoE tensors), for reports and verify
     layer: int | None = None
     #: a constant tensor (``pieces`` empty): every element is these bytes (hex, little-endian),
     #: e.g. ``"0000803f"`` F32 1.0 (engine buffers no checkpoint tensor provides)
     fill: str | None = None
 
+    def __eq__(self, other: object) -> bool:
+        """Equal as the document: sequences compare by items, list or tuple."""
+        if not isinstance(other, OutputTensor):
+            return NotImplemented
+        return (
+            self.name == other.name
+            and self.dtype == other.dtype
+            and list(self.shape) == list(other.shape)
+            and list(self.pieces) == list(other.pieces)
+            and (self.combine, self.axis, self.layer, self.fill)
+            == (other.combine, other.axis, other.layer, other.fill)
+            and list(self.ops) == list(other.ops)
+        )
 
-class OutputFile(BaseModel):
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(slots=True, eq=True)
+class OutputFile:
     """One safetensors file of the output. ``rank`` is set for per-rank (vllm-sharded) files."""
 
     name: str
     tensors: list[OutputTensor]
     nbytes: int = 0
     rank: int | None = None
+
+    def model_dump_json(self) -> str:
+        """The file as compact JSON, field order as declared (what the plan hash reads)."""
+        from checkpoint_tool.plan.json_edge import file_json
+
+        return file_json(self)
 
 
 class DroppedTensor(BaseModel):
@@ -106,29 +123,68 @@ class PlanOptions(BaseModel):
     layers: list[int] | None = None
 
 
-class Plan(BaseModel):
+@dataclass(eq=True)
+class Plan:
     """Everything the executor does, and everything a reviewer needs to see before it runs."""
 
     ckpt_version: str
     source: str
-    source_revision: str | None = None
     recipe: str
     options: PlanOptions
     files: list[OutputFile]
-    dropped: list[DroppedTensor] = Field(default_factory=list)
+    source_revision: str | None = None
+    dropped: list[DroppedTensor] = field(default_factory=list)
     #: the complete config.json to write (already edited)
     config: dict[str, Any] | None = None
     #: non-weight files copied verbatim (relative paths), e.g. tokenizer.json
-    side_files: list[str] = Field(default_factory=list)
-    #: per MoE layer: whether the shared expert was redirected into routed slots, and why
-    fse_layers: dict[int, bool] = Field(default_factory=dict)
+    side_files: list[str] = field(default_factory=list)
+    #: per MoE layer: whether the shared expert was redirected into routed slots
+    fse_layers: dict[int, bool] = field(default_factory=dict)
     #: name in source -> name in output (for lossless verify and reports); one source may map to
     #: several outputs (TP slices, FSE chunks)
-    provenance: dict[str, list[str]] = Field(default_factory=dict)
+    provenance: dict[str, list[str]] = field(default_factory=dict)
     #: the plan in numbers (what ``ckpt plan`` prints); None for hand-made plans
     summary: PlanSummary | None = None
     #: findings a reviewer should read before converting (one line each)
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def tensor_count(self) -> int:
         return sum(len(f.tensors) for f in self.files)
+
+    def tensors(self) -> Iterable[OutputTensor]:
+        """Every output tensor, file by file."""
+        for f in self.files:
+            yield from f.tensors
+
+    # -- the JSON edge (``plan.json_edge``) -------------------------------------------------
+
+    def model_dump(self, *, mode: str = "json") -> dict[str, Any]:
+        """The plan document as plain JSON data (what ``--format json`` prints)."""
+        from checkpoint_tool.plan.json_edge import plan_dump
+
+        return plan_dump(self)
+
+    def model_dump_json(self, *, exclude: set[str] | None = None) -> str:
+        """Compact JSON in declaration order, as pydantic writes the document model."""
+        from checkpoint_tool.plan.json_edge import plan_compact_json
+
+        return plan_compact_json(self, exclude=exclude or set())
+
+    def json_text(self) -> str:
+        """``--format json``: sorted keys, indent 2 (``cli.output.to_json`` of the document)."""
+        from checkpoint_tool.plan.json_edge import plan_pretty_json
+
+        return plan_pretty_json(self)
+
+    @classmethod
+    def model_validate(cls, data: Any) -> Plan:
+        """A plan from its JSON document (validated by ``plan.document.PlanDocument``)."""
+        from checkpoint_tool.plan.json_edge import plan_load
+
+        return plan_load(data)
+
+    @classmethod
+    def model_validate_json(cls, text: str | bytes) -> Plan:
+        import json
+
+        return cls.model_validate(json.loads(text))

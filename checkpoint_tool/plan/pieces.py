@@ -16,39 +16,34 @@ Example (MXFP4 down weight U8 [7168, 80] = logical [7168, 160], pad 160 -> 192):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.catalog.safetensors_format import element_bytes, header_shape, storage_shape
 from checkpoint_tool.errors import AlignmentError, InputError
-from checkpoint_tool.plan.model import Pad, Piece, Region
+from checkpoint_tool.quant.roles import CODEC_ROLES
 from checkpoint_tool.quant.storage.dtypes import one_fill
-
-#: tensor roles the codecs describe (the others have no intermediate dim, or are plain)
-CODEC_ROLES = ("weight", "scale", "global_scale")
+from checkpoint_tool.regions import Pad, Piece, Region
 
 
-@dataclass
+@dataclass(slots=True)
 class Placement:
     """How one output tensor is made from one source tensor."""
 
-    pieces: list[Piece]
+    pieces: Sequence[Piece]
     combine: str = "single"
     axis: int = 0
-    shape: list[int] = field(default_factory=list)
+    shape: Sequence[int] = ()
     padded: bool = False
-    ops: list[str] = field(default_factory=list)
+    ops: tuple[str, ...] = ()
     #: the source tensor as it is (same bytes)
     copy: bool = False
 
 
-def whole(entry: TensorEntry) -> Placement:
+def whole(entry: TensorEntry, ops: tuple[str, ...] = ()) -> Placement:
     """The source tensor as it is."""
-    return Placement([_piece(entry.name, [], [])], shape=list(entry.shape), copy=True)
-
-
-def _piece(source: str, slices: list[Region], pads: list[Pad]) -> Piece:
-    return Piece(source=source, slices=slices, pads=pads)
+    return Placement((Piece(entry.name),), shape=entry.shape, ops=ops, copy=True)
 
 
 def _fill(entry: TensorEntry, role: str) -> str:
@@ -140,7 +135,7 @@ def place(
             pads.append(pad)
             shape[pad.dim] += pad.amount
             padded = True
-        pieces.append(_piece(entry.name, slices, pads))
+        pieces.append(Piece(entry.name, slices, pads))
         shapes.append(shape)
     axis = cuts[0][0].dim  # type: ignore[union-attr]
     out = list(shapes[0])

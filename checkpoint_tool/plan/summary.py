@@ -22,7 +22,9 @@ from checkpoint_tool.catalog.safetensors_format import element_bytes, storage_sh
 
 if TYPE_CHECKING:
     from checkpoint_tool.catalog.catalog import Catalog
-    from checkpoint_tool.plan.model import OutputTensor
+    from checkpoint_tool.plan.inputs import PlanInputs
+    from checkpoint_tool.plan.model import OutputFile, OutputTensor
+    from checkpoint_tool.plan.outputs import Planned
 
 
 class FileSummary(BaseModel):
@@ -91,47 +93,58 @@ def output_nbytes(tensor: OutputTensor) -> int:
     return tensor_nbytes(tensor.dtype, tuple(tensor.shape))
 
 
-def compute_summary(
-    catalog: Catalog,
-    tensors: list[OutputTensor],
-    files: list[FileSummary],
-    *,
-    kinds: dict[str, str],
-    padded: set[str],
-    experts: set[str],
-    nbytes: dict[str, int] | None = None,
-    dropped_rules: list[str],
-    tp: int,
-) -> PlanSummary:
-    """Counts, bytes per file and per rank, and the peak-memory estimate of a plan."""
+def plan_summary(inputs: PlanInputs, planned: Planned, files: list[OutputFile]) -> PlanSummary:
+    """The summary of a plan: counts, sizes before/after padding, bytes per file and per
+    rank, and the peak-memory estimate."""
+    from checkpoint_tool.plan.sharding import file_layers
+
+    catalog = inputs.catalog
+    tp = inputs.options.tp
     by_rule: dict[str, int] = {}
-    for rule in dropped_rules:
-        by_rule[rule] = by_rule.get(rule, 0) + 1
+    for d in planned.dropped:
+        by_rule[d.rule] = by_rule.get(d.rule, 0) + 1
     counts = {"kept": 0, "renamed": 0, "redirected": 0, "unfused": 0}
-    for t in tensors:
-        counts[kinds.get(t.name, "kept")] += 1
     peak, peak_name = 0, None
-    expert_bytes = other_bytes = 0
-    for t in tensors:
-        n = nbytes[t.name] if nbytes is not None else output_nbytes(t)
-        need = n + piece_source_bytes(catalog, t)
-        if need > peak:
-            peak, peak_name = need, t.name
-        if t.name in experts:
-            expert_bytes += n
-        else:
-            other_bytes += n
-    per_rank = other_bytes + -(-expert_bytes // max(1, tp))
+    expert_bytes = other_bytes = padded = n_out = 0
+    nbytes, experts = planned.nbytes, planned.experts
+    for f in files:
+        for t in f.tensors:
+            n_out += 1
+            counts[planned.kind(t.name)] += 1
+            padded += t.name in planned.padded
+            n = nbytes[t.name] if t.name in nbytes else output_nbytes(t)
+            need = n + piece_source_bytes(catalog, t)
+            if need > peak:
+                peak, peak_name = need, t.name
+            if t.name in experts:
+                expert_bytes += n
+            else:
+                other_bytes += n
+    if any(f.rank is not None for f in files):  # per-rank layouts: exact per-rank figures
+        per_rank = [sum(f.nbytes for f in files if f.rank == r) for r in range(tp)]
+    else:
+        per_rank = [other_bytes + -(-expert_bytes // max(1, tp))] * max(1, tp)
+    geo = inputs.geometry
     return PlanSummary(
         source_tensors=len(catalog.tensors),
-        output_tensors=len(tensors),
-        padded=sum(1 for t in tensors if t.name in padded),
-        dropped=len(dropped_rules),
+        output_tensors=n_out,
+        padded=padded,
+        dropped=len(planned.dropped),
         dropped_by_rule=dict(sorted(by_rule.items())),
+        fse_enabled_layers=sorted(k for k, v in inputs.fse_layers.items() if v),
+        fse_disabled_layers=sorted(k for k, v in inputs.fse_layers.items() if not v),
+        moe_intermediate_size=geo.size,
+        padded_intermediate_size=geo.padded,
+        pad_to=geo.pad_to,
+        shared_intermediate_size=geo.shared_size,
+        padded_shared_intermediate_size=geo.shared_padded,
         source_bytes=sum(e.nbytes for e in catalog.tensors.values()),
         output_bytes=expert_bytes + other_bytes,
-        files=files,
-        bytes_per_rank=[per_rank] * max(1, tp),
+        files=[
+            FileSummary(name=f.name, tensors=len(f.tensors), nbytes=f.nbytes, layers=file_layers(f))
+            for f in files
+        ],
+        bytes_per_rank=per_rank,
         peak_memory_bytes=peak,
         peak_memory_tensor=peak_name,
         **counts,

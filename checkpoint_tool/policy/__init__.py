@@ -1,7 +1,9 @@
 """Per-layer policy: FSE eligibility (vLLM's gates + ckpt's layout checks), TP alignment,
-consistency findings; ``build_policy(catalog, ...) -> PolicyReport`` (``ckpt inspect``)."""
+consistency findings; ``decide_policy(catalog, ...) -> PolicyDecision`` (the planner's input),
+``build_policy(catalog, ...) -> PolicyReport`` (``ckpt inspect``)."""
 
-from checkpoint_tool.policy.build import build_policy
+from checkpoint_tool.policy.build import build_policy, decide_policy
+from checkpoint_tool.policy.decision import LayerDecision, PolicyDecision
 from checkpoint_tool.policy.report import (
     SCHEMA_VERSION,
     ExpertSchemes,
@@ -19,10 +21,13 @@ __all__ = [
     "ExpertSchemes",
     "FseDecision",
     "FseMode",
+    "LayerDecision",
     "ModelSummary",
     "MoeLayerPolicy",
+    "PolicyDecision",
     "PolicyReport",
     "PolicySummary",
     "TpGeometry",
     "build_policy",
+    "decide_policy",
 ]

@@ -38,9 +38,7 @@ from checkpoint_tool.report import Issue
 OPTION_REASONS: dict[str, str] = {
     "no_shared_experts": "the layer has no shared experts",
     "fse_off": "fused shared experts are turned off (--fse off)",
-    "target_no_fse": (
-        "{target} does not fuse shared experts ({why}); they stay a separate MLP"
-    ),
+    "target_no_fse": ("{target} does not fuse shared experts ({why}); they stay a separate MLP"),
     "target_all_or_nothing": (
         "{target} fuses shared experts on every MoE layer or none, and {n_off} layer(s) "
         "cannot fuse, so FSE is off on every layer"
@@ -163,9 +161,7 @@ def apply_model_rules(
     issues: list[Issue] = []
     decisions = apply_target_rule(decisions, mode=mode, target=target)
     applicable = {
-        k: d
-        for k, d in decisions.items()
-        if d.code != "no_shared_experts" and d.source != "target"
+        k: d for k, d in decisions.items() if d.code != "no_shared_experts" and d.source != "target"
     }
     on = sorted(k for k, d in applicable.items() if d.enabled)
     off = sorted(k for k, d in applicable.items() if not d.enabled)

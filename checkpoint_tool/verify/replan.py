@@ -15,6 +15,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from checkpoint_tool.catalog.catalog import Catalog
@@ -76,12 +77,11 @@ def rebuild_plan(manifest: Manifest, catalog: Catalog) -> tuple[Plan, bool]:
             f"cannot plan the source again with the recorded recipe {manifest.recipe!r} and "
             f"options: {exc.message}"
         ) from exc
-    labelled = plan.model_copy(
-        update={
-            "source": manifest.source,
-            "source_revision": manifest.source_revision,
-            "ckpt_version": manifest.ckpt_version,
-        }
+    labelled = dataclasses.replace(
+        plan,
+        source=manifest.source,
+        source_revision=manifest.source_revision,
+        ckpt_version=manifest.ckpt_version,
     )
     if labelled.config is not None and isinstance(labelled.config.get("ckpt"), dict):
         config = dict(labelled.config)
@@ -92,5 +92,5 @@ def rebuild_plan(manifest: Manifest, catalog: Catalog) -> tuple[Plan, bool]:
             ckpt_version=manifest.ckpt_version,
         )
         config["ckpt"] = meta
-        labelled = labelled.model_copy(update={"config": config})
+        labelled = dataclasses.replace(labelled, config=config)
     return labelled, plan_sha256(labelled) == manifest.plan_sha256

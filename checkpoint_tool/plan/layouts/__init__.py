@@ -2,7 +2,7 @@
 
 Each layout is a module here exposing::
 
-    build_files(ctx: PlanContext, planned: Planned) -> list[OutputFile]
+    build_files(ctx: PlanInputs, planned: Planned) -> list[OutputFile]
 
 ``planned`` holds HF-style output tensors (per-expert tensors, renamed, FSE-redirected and
 padded to the padded intermediate size, whole: not TP-sliced). ``hf`` groups them into

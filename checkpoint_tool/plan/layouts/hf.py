@@ -18,10 +18,10 @@ from checkpoint_tool.plan.model import OutputFile
 from checkpoint_tool.plan.sharding import shard
 
 if TYPE_CHECKING:
-    from checkpoint_tool.plan.context import PlanContext
+    from checkpoint_tool.plan.inputs import PlanInputs
     from checkpoint_tool.plan.outputs import Planned
 
 
-def build_files(ctx: PlanContext, planned: Planned) -> list[OutputFile]:
+def build_files(ctx: PlanInputs, planned: Planned) -> list[OutputFile]:
     """Balanced shards of every planned tensor."""
     return shard(planned.tensors, ctx.options.max_shard_size, planned.nbytes)

@@ -22,14 +22,14 @@ from checkpoint_tool.plan.model import OutputTensor
 from checkpoint_tool.quant.scheme import Scheme
 
 if TYPE_CHECKING:
-    from checkpoint_tool.plan.context import PlanContext
+    from checkpoint_tool.plan.inputs import PlanInputs
     from checkpoint_tool.plan.outputs import Planned
 
 
 class PlannedIndex:
     """Planned tensors by name and by module, with use tracking."""
 
-    def __init__(self, ctx: PlanContext, planned: Planned) -> None:
+    def __init__(self, ctx: PlanInputs, planned: Planned) -> None:
         self.ctx = ctx
         self.planned = planned
         self.by_name: dict[str, OutputTensor] = {t.name: t for t in planned.tensors}

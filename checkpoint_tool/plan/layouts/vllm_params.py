@@ -17,6 +17,7 @@ Example (column-parallel ``q_b_proj``, rank 1 of 2)::
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -324,8 +325,8 @@ class ParamBuilder:
             a, b = min(r * rows, site.rows), min((r + 1) * rows, site.rows)
             (piece,) = narrow(tensor, self.entries, 0, a, b)
             if b - a < rows:
-                piece = piece.model_copy(
-                    update={"pads": [*piece.pads, Pad(dim=0, amount=rows - (b - a), fill=zero)]}
+                piece = piece._replace(
+                    pads=(*piece.pads, Pad(dim=0, amount=rows - (b - a), fill=zero))
                 )
             ops = [f"vocab rows [{a}, {b}) of {site.rows}, padded to {rows} per rank"]
             ranks.append(self.tensor(key, tensor, [piece], "single", 0, [rows, cols], ops))
@@ -369,7 +370,7 @@ class ParamBuilder:
             ops=[f"engine buffer = {site.value} ({site.cite})"],
             layer=site.layer,
         )
-        return Param(site.name, [tensor.model_copy() for _ in range(self.tp)])
+        return Param(site.name, [copy.copy(tensor) for _ in range(self.tp)])
 
 
 def _prod(shape: Sequence[int]) -> int:

@@ -26,7 +26,7 @@ import gc
 from typing import TYPE_CHECKING, Any
 
 from checkpoint_tool.errors import InputError, UsageError
-from checkpoint_tool.plan.context import layer_of
+from checkpoint_tool.plan.inputs import layer_of
 from checkpoint_tool.plan.layouts.planned_index import PlannedIndex
 from checkpoint_tool.plan.layouts.vllm_moe import moe_params
 from checkpoint_tool.plan.layouts.vllm_params import Param, ParamBuilder
@@ -40,14 +40,14 @@ from checkpoint_tool.targets.keys import KeyResolver
 from checkpoint_tool.targets.spec import TargetSpec
 
 if TYPE_CHECKING:
-    from checkpoint_tool.plan.context import PlanContext
+    from checkpoint_tool.plan.inputs import PlanInputs
     from checkpoint_tool.plan.outputs import Planned
 
 MTP_RULE = "vllm_sharded_mtp"
 _SHOW = 5
 
 
-def engine_config(ctx: PlanContext) -> dict[str, Any]:
+def engine_config(ctx: PlanInputs) -> dict[str, Any]:
     """config.json as the engine will read it (the padded expert intermediate size)."""
     config = dict(ctx.catalog.config or {})
     if ctx.geometry.padded is not None:
@@ -68,7 +68,7 @@ def quant_family(catalog: Any) -> str | None:
     return method.lower() if isinstance(method, str) else None
 
 
-def model_instance(ctx: PlanContext, target: str = DEFAULT_TARGET) -> ModelInstance:
+def model_instance(ctx: PlanInputs, target: str = DEFAULT_TARGET) -> ModelInstance:
     """The target spec of ``ctx``'s model family applied to its (padded) config."""
     archs = (ctx.catalog.config or {}).get("architectures") or []
     spec = load_spec(ctx.facts.family, target, [str(a) for a in archs])
@@ -85,7 +85,7 @@ def model_instance(ctx: PlanContext, target: str = DEFAULT_TARGET) -> ModelInsta
     return inst
 
 
-def build_files(ctx: PlanContext, planned: Planned) -> list[OutputFile]:
+def build_files(ctx: PlanInputs, planned: Planned) -> list[OutputFile]:
     """Per-rank files of every engine parameter (see the module docstring)."""
     # a full-size plan allocates ~10^6 small objects and frees none of them: the cyclic
     # collector would rescan them all over and over (40% of the time); nothing here makes cycles
@@ -98,7 +98,7 @@ def build_files(ctx: PlanContext, planned: Planned) -> list[OutputFile]:
             gc.enable()
 
 
-def _build_files(ctx: PlanContext, planned: Planned) -> list[OutputFile]:
+def _build_files(ctx: PlanInputs, planned: Planned) -> list[OutputFile]:
     _check_options(ctx)
     inst = model_instance(ctx)
     spec = inst.spec
@@ -139,8 +139,8 @@ def rank_files(params: list[Param], spec: TargetSpec, tp: int, max_bytes: int) -
     return files
 
 
-def _check_options(ctx: PlanContext) -> None:
-    if getattr(ctx.policy, "ep", False):
+def _check_options(ctx: PlanInputs) -> None:
+    if ctx.decision.ep:
         raise UsageError(
             "--layout vllm-sharded writes tensor-parallel shards; expert parallelism (--ep) "
             "places experts per rank differently: use --layout hf with --ep"
@@ -167,7 +167,7 @@ def _drop_mtp(index: PlannedIndex, planned: Planned, num_layers: int) -> None:
             )
 
 
-def _check_leftovers(ctx: PlanContext, index: PlannedIndex, spec: TargetSpec) -> None:
+def _check_leftovers(ctx: PlanInputs, index: PlannedIndex, spec: TargetSpec) -> None:
     left = index.unused()
     if left:
         more = f" (and {len(left) - _SHOW} more)" if len(left) > _SHOW else ""
@@ -206,7 +206,7 @@ def _record(planned: Planned, index: PlannedIndex, params: list[Param]) -> None:
             planned.experts.add(p.name)
 
 
-def _notes(ctx: PlanContext, spec: TargetSpec, index: PlannedIndex, inst: ModelInstance) -> None:
+def _notes(ctx: PlanInputs, spec: TargetSpec, index: PlannedIndex, inst: ModelInstance) -> None:
     formats = set()
     for site in inst.moes:
         weight = index.get(f"{site.vllm.rsplit('.', 1)[0]}.0.gate_proj.weight")

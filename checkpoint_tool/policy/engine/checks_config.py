@@ -144,7 +144,9 @@ def check_modelopt_lm_head(ctx: EngineContext, rule: RuleSpec) -> list[EngineFin
         return []
     if _modelopt_excluded("lm_head", list(ctx.qconfig.exclude_modules)):
         return []
-    return [rule.finding(dtype=entry.dtype, algo=ctx.qconfig.quant_algo, tensors=["lm_head.weight"])]
+    return [
+        rule.finding(dtype=entry.dtype, algo=ctx.qconfig.quant_algo, tensors=["lm_head.weight"])
+    ]
 
 
 CHECKS: dict[str, Callable[[EngineContext, RuleSpec], list[EngineFinding]]] = {

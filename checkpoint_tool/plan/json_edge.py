@@ -1,0 +1,311 @@
+"""The plan at its JSON edge: the compact plan written as the ``plan.document`` models would
+write it, byte for byte, without building ~10^5 pydantic objects; and read back through them.
+
+Three spellings, each equal to what pydantic + ``json`` give for the document:
+
+- ``plan_pretty_json``: ``ckpt plan --format json`` (``json.dumps(doc, indent=2,
+  sort_keys=True)``, ASCII-escaped), written tensor by tensor from templates;
+- ``file_json`` / ``plan_compact_json``: pydantic's compact ``model_dump_json`` (declaration
+  order), which the manifest's plan hash reads file by file;
+- ``plan_dump``: the document as plain data.
+
+Example::
+
+    plan_pretty_json(plan)[:40]   # '{\\n  "ckpt_version": "0.1.0",\\n  "config": {'
+"""
+
+from __future__ import annotations
+
+import json
+from json.encoder import encode_basestring, encode_basestring_ascii
+from typing import Any
+
+from checkpoint_tool.plan.model import OutputFile, OutputTensor, Plan
+from checkpoint_tool.regions import Piece
+
+#: top-level keys of the document, in declaration order (the compact spelling's order)
+_FIELDS = (
+    "ckpt_version",
+    "source",
+    "source_revision",
+    "recipe",
+    "options",
+    "files",
+    "dropped",
+    "config",
+    "side_files",
+    "fse_layers",
+    "provenance",
+    "summary",
+    "notes",
+)
+
+
+# -- plain data ---------------------------------------------------------------------------------
+
+
+def piece_dump(p: Piece) -> dict[str, Any]:
+    return {
+        "source": p.source,
+        "slices": [{"dim": r.dim, "start": r.start, "stop": r.stop} for r in p.slices],
+        "pads": [{"dim": d.dim, "amount": d.amount, "fill": d.fill} for d in p.pads],
+    }
+
+
+def tensor_dump(t: OutputTensor) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "dtype": t.dtype,
+        "shape": list(t.shape),
+        "pieces": [piece_dump(p) for p in t.pieces],
+        "combine": t.combine,
+        "axis": t.axis,
+        "ops": list(t.ops),
+        "layer": t.layer,
+        "fill": t.fill,
+    }
+
+
+def file_dump(f: OutputFile) -> dict[str, Any]:
+    return {
+        "name": f.name,
+        "tensors": [tensor_dump(t) for t in f.tensors],
+        "nbytes": f.nbytes,
+        "rank": f.rank,
+    }
+
+
+def _head_dump(plan: Plan) -> dict[str, Any]:
+    """Every field but ``files``, as plain JSON data."""
+    return {
+        "ckpt_version": plan.ckpt_version,
+        "source": plan.source,
+        "source_revision": plan.source_revision,
+        "recipe": plan.recipe,
+        "options": plan.options.model_dump(mode="json"),
+        "dropped": [d.model_dump(mode="json") for d in plan.dropped],
+        "config": plan.config,
+        "side_files": list(plan.side_files),
+        "fse_layers": {str(k): v for k, v in plan.fse_layers.items()},
+        "provenance": {k: list(v) for k, v in plan.provenance.items()},
+        "summary": plan.summary.model_dump(mode="json") if plan.summary is not None else None,
+        "notes": list(plan.notes),
+    }
+
+
+def plan_dump(plan: Plan) -> dict[str, Any]:
+    """The document as plain data, keys in declaration order."""
+    head = _head_dump(plan)
+    head["files"] = [file_dump(f) for f in plan.files]
+    return {k: head[k] for k in _FIELDS}
+
+
+# -- compact (pydantic's model_dump_json) -------------------------------------------------------
+
+
+def _c(s: str) -> str:
+    return encode_basestring(s)
+
+
+def _piece_compact(p: Piece) -> str:
+    slices = ",".join(f'{{"dim":{r.dim},"start":{r.start},"stop":{r.stop}}}' for r in p.slices)
+    pads = ",".join(f'{{"dim":{d.dim},"amount":{d.amount},"fill":{_c(d.fill)}}}' for d in p.pads)
+    return f'{{"source":{_c(p.source)},"slices":[{slices}],"pads":[{pads}]}}'
+
+
+def _opt(value: Any) -> str:
+    if value is None:
+        return "null"
+    return _c(value) if isinstance(value, str) else str(value)
+
+
+def tensor_json(t: OutputTensor) -> str:
+    shape = ",".join(map(str, t.shape))
+    pieces = ",".join(map(_piece_compact, t.pieces))
+    ops = ",".join(map(_c, t.ops))
+    return (
+        f'{{"name":{_c(t.name)},"dtype":{_c(t.dtype)},"shape":[{shape}],"pieces":[{pieces}],'
+        f'"combine":{_c(t.combine)},"axis":{t.axis},"ops":[{ops}],"layer":{_opt(t.layer)},'
+        f'"fill":{_opt(t.fill)}}}'
+    )
+
+
+def file_json(f: OutputFile) -> str:
+    """``OutputFileDocument(...).model_dump_json()`` of ``f``."""
+    tensors = ",".join(map(tensor_json, f.tensors))
+    return (
+        f'{{"name":{_c(f.name)},"tensors":[{tensors}],"nbytes":{f.nbytes},"rank":{_opt(f.rank)}}}'
+    )
+
+
+def plan_compact_json(plan: Plan, *, exclude: set[str]) -> str:
+    """``PlanDocument(...).model_dump_json(exclude=exclude)`` of ``plan``."""
+    from checkpoint_tool.plan.document import PlanDocument
+
+    head = _head_dump(plan)
+    head["files"] = []
+    text = PlanDocument.model_validate(head).model_dump_json(exclude=exclude | {"files"})
+    if "files" in exclude:
+        return text
+    files = ",".join(map(file_json, plan.files))
+    # put ``files`` back in its declared place: after ``options``
+    before, sep, after = text.partition(',"dropped":')
+    return f'{before},"files":[{files}]{sep}{after}'
+
+
+# -- pretty (``ckpt plan --format json``) -------------------------------------------------------
+
+
+def _a(s: str) -> str:
+    return encode_basestring_ascii(s)
+
+
+def _pretty_value(value: Any, level: int) -> str:
+    """``json.dumps(value, indent=2, sort_keys=True)`` nested ``level`` deep."""
+    text = json.dumps(value, indent=2, sort_keys=True)
+    return text.replace("\n", "\n" + "  " * level) if level else text
+
+
+def _scalars(items: list[str], i1: str) -> str:
+    if not items:
+        return "[]"
+    i2 = i1 + "  "
+    return "[" + i2 + ("," + i2).join(items) + i1 + "]"
+
+
+def _piece_pretty(p: Piece, i2: str) -> str:
+    i3 = i2 + "  "
+    i4 = i3 + "  "
+    i5 = i4 + "  "
+    pads = [
+        f'{{{i5}"amount": {d.amount},{i5}"dim": {d.dim},{i5}"fill": {_a(d.fill)}{i4}}}'
+        for d in p.pads
+    ]
+    slices = [
+        f'{{{i5}"dim": {r.dim},{i5}"start": {r.start},{i5}"stop": {r.stop}{i4}}}' for r in p.slices
+    ]
+    return (
+        f'{{{i3}"pads": {_scalars(pads, i3)},{i3}"slices": {_scalars(slices, i3)},'
+        f'{i3}"source": {_a(p.source)}{i2}}}'
+    )
+
+
+def _tensor_pretty(t: OutputTensor, i0: str) -> str:
+    i1 = i0 + "  "
+    i2 = i1 + "  "
+    fill = "null" if t.fill is None else _a(t.fill)
+    layer = "null" if t.layer is None else str(t.layer)
+    ops = _scalars([_a(o) for o in t.ops], i1)
+    pieces = _scalars([_piece_pretty(p, i2) for p in t.pieces], i1)
+    shape = _scalars([str(s) for s in t.shape], i1)
+    return (
+        f'{{{i1}"axis": {t.axis},{i1}"combine": {_a(t.combine)},{i1}"dtype": {_a(t.dtype)},'
+        f'{i1}"fill": {fill},{i1}"layer": {layer},{i1}"name": {_a(t.name)},{i1}"ops": {ops},'
+        f'{i1}"pieces": {pieces},{i1}"shape": {shape}{i0}}}'
+    )
+
+
+def _file_pretty(f: OutputFile, i0: str) -> str:
+    i1 = i0 + "  "
+    i2 = i1 + "  "
+    tensors = _scalars([_tensor_pretty(t, i2) for t in f.tensors], i1)
+    rank = "null" if f.rank is None else str(f.rank)
+    return (
+        f'{{{i1}"name": {_a(f.name)},{i1}"nbytes": {f.nbytes},{i1}"rank": {rank},'
+        f'{i1}"tensors": {tensors}{i0}}}'
+    )
+
+
+def _provenance_pretty(provenance: dict[str, list[str]], i0: str) -> str:
+    if not provenance:
+        return "{}"
+    i1 = i0 + "  "
+    rows = [f"{_a(k)}: {_scalars([_a(n) for n in provenance[k]], i1)}" for k in sorted(provenance)]
+    return "{" + i1 + ("," + i1).join(rows) + i0 + "}"
+
+
+def plan_pretty_chunks(plan: Plan) -> list[str]:
+    """``plan_pretty_json`` in pieces (one per file and per top-level field), to write
+    without joining 60 MB into one string."""
+    head = _head_dump(plan)
+    i0, i1 = "\n", "\n  "
+    out = ["{"]
+    keys = sorted([*head, "files"])
+    for n, key in enumerate(keys):
+        sep = "," if n + 1 < len(keys) else ""
+        out.append(f"{i1}{_a(key)}: ")
+        if key == "files":
+            if not plan.files:
+                out.append("[]" + sep)
+                continue
+            out.append("[")
+            for k, f in enumerate(plan.files):
+                comma = "," if k + 1 < len(plan.files) else ""
+                out.append(f"{i1}  {_file_pretty(f, i1 + '  ')}{comma}")
+            out.append(f"{i1}]{sep}")
+        elif key == "provenance":
+            out.append(_provenance_pretty(plan.provenance, i1) + sep)
+        else:
+            out.append(_pretty_value(head[key], 1) + sep)
+    out.append(i0 + "}")
+    return out
+
+
+def plan_pretty_json(plan: Plan) -> str:
+    """``json.dumps(plan_dump(plan), indent=2, sort_keys=True)``, fast."""
+    return "".join(plan_pretty_chunks(plan))
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def plan_load(data: Any) -> Plan:
+    """A compact plan from its JSON document (validated by ``PlanDocument``)."""
+    from checkpoint_tool.plan.document import PlanDocument
+    from checkpoint_tool.regions import Pad, Region
+
+    doc = data if isinstance(data, PlanDocument) else PlanDocument.model_validate(data)
+    files = [
+        OutputFile(
+            name=f.name,
+            tensors=[
+                OutputTensor(
+                    name=t.name,
+                    dtype=t.dtype,
+                    shape=list(t.shape),
+                    pieces=[
+                        Piece(
+                            p.source,
+                            [Region(r.dim, r.start, r.stop) for r in p.slices],
+                            [Pad(d.dim, d.amount, d.fill) for d in p.pads],
+                        )
+                        for p in t.pieces
+                    ],
+                    combine=t.combine,
+                    axis=t.axis,
+                    ops=list(t.ops),
+                    layer=t.layer,
+                    fill=t.fill,
+                )
+                for t in f.tensors
+            ],
+            nbytes=f.nbytes,
+            rank=f.rank,
+        )
+        for f in doc.files
+    ]
+    return Plan(
+        ckpt_version=doc.ckpt_version,
+        source=doc.source,
+        source_revision=doc.source_revision,
+        recipe=doc.recipe,
+        options=doc.options,
+        files=files,
+        dropped=list(doc.dropped),
+        config=doc.config,
+        side_files=list(doc.side_files),
+        fse_layers=dict(doc.fse_layers),
+        provenance={k: list(v) for k, v in doc.provenance.items()},
+        summary=doc.summary,
+        notes=list(doc.notes),
+    )
