@@ -88,6 +88,10 @@ def emit(
 
             raise UsageError("--format html: this command draws no HTML; use json or human")
         _write_utf8(html(report))  # the page declares charset utf-8, whatever the locale
+    elif hasattr(report, "json_chunks"):  # the plan: written piece by piece, never joined
+        for chunk in report.json_chunks():
+            sys.stdout.write(chunk)
+        sys.stdout.write("\n")
     else:
         sys.stdout.write(to_json(report) + "\n")
 

@@ -15,20 +15,19 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from checkpoint_tool.model import PROJS, ModelFacts, MoeLayerFacts
 
 PartProj = Literal["gate", "up", "down", "gate_up"]
 
 
-@dataclass(frozen=True)
-class ExpertPart:
+class ExpertPart(NamedTuple):
     """One expert projection a tensor belongs to.
 
     ``index``: the routed expert (per-expert layouts) or the shared expert (indexed shared
     layout); None for 3-D fused routed experts and for a single (widened) shared MLP.
+    A named tuple: a full-size model has ~45k expert projections.
     """
 
     layer: MoeLayerFacts
@@ -66,10 +65,15 @@ def index_experts(facts: ModelFacts, resolved: Mapping[str, Any]) -> dict[str, E
             )
         else:
             fused = naming.routed_layout == "per_expert_gate_up"
-            for e in range(layer.n_routed):
-                for proj in PROJS:
-                    kind: PartProj = "gate_up" if fused and proj != "down" else proj
-                    modules[layer.routed_module(e, proj)] = ExpertPart(layer, "routed", kind, e)
+            base = layer.routed_prefix
+            leaves: list[tuple[str, PartProj]] = []
+            for proj in PROJS:
+                kind: PartProj = "gate_up" if fused and proj != "down" else proj
+                leaf = naming.gate_up_name if kind == "gate_up" else layer.proj_name(proj)
+                leaves.append((leaf, kind))
+            for e in range(layer.n_routed):  # = layer.routed_module(e, proj), ~45k for R1
+                for leaf, kind in leaves:
+                    modules[f"{base}.{e}.{leaf}"] = ExpertPart(layer, "routed", kind, e)
         if layer.n_shared > 0:
             indexed = naming.shared_layout == "indexed"
             fused = naming.shared_layout == "single_gate_up"

@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Any
 
@@ -190,25 +191,47 @@ def _piece_pretty(p: Piece, i2: str) -> str:
     )
 
 
-def _tensor_pretty(t: OutputTensor, i0: str) -> str:
-    i1 = i0 + "  "
-    i2 = i1 + "  "
-    fill = "null" if t.fill is None else _a(t.fill)
-    layer = "null" if t.layer is None else str(t.layer)
-    ops = _scalars([_a(o) for o in t.ops], i1)
-    pieces = _scalars([_piece_pretty(p, i2) for p in t.pieces], i1)
-    shape = _scalars([str(s) for s in t.shape], i1)
-    return (
-        f'{{{i1}"axis": {t.axis},{i1}"combine": {_a(t.combine)},{i1}"dtype": {_a(t.dtype)},'
-        f'{i1}"fill": {fill},{i1}"layer": {layer},{i1}"name": {_a(t.name)},{i1}"ops": {ops},'
-        f'{i1}"pieces": {pieces},{i1}"shape": {shape}{i0}}}'
-    )
+class _PrettyTensors:
+    """``_tensor_pretty`` with the repeated parts (shapes, ops lists, plain pieces) written
+    once per distinct value: a full-size plan has ~92k tensors but a few hundred shapes."""
+
+    def __init__(self, i0: str) -> None:
+        self.i0, self.i1, self.i2 = i0, i0 + "  ", i0 + "    "
+        self.shapes: dict[tuple[int, ...], str] = {}
+        self.ops: dict[tuple[str, ...], str] = {}
+        i3 = self.i2 + "  "
+        self.plain = (
+            f'[{self.i2}{{{i3}"pads": [],{i3}"slices": [],{i3}"source": ',
+            f"{self.i2}}}{self.i1}]",
+        )
+
+    def __call__(self, t: OutputTensor) -> str:
+        i0, i1 = self.i0, self.i1
+        shape = self.shapes.get(key := tuple(t.shape))
+        if shape is None:
+            shape = self.shapes[key] = _scalars([str(s) for s in key], i1)
+        ops = self.ops.get(okey := tuple(t.ops))
+        if ops is None:
+            ops = self.ops[okey] = _scalars([_a(o) for o in okey], i1)
+        pieces = t.pieces
+        if len(pieces) == 1 and not pieces[0].slices and not pieces[0].pads:
+            src = pieces[0].source
+            text = _a(t.name) if src == t.name else _a(src)
+            pieces_text = self.plain[0] + text + self.plain[1]
+        else:
+            pieces_text = _scalars([_piece_pretty(p, self.i2) for p in pieces], i1)
+        fill = "null" if t.fill is None else _a(t.fill)
+        layer = "null" if t.layer is None else str(t.layer)
+        return (
+            f'{{{i1}"axis": {t.axis},{i1}"combine": {_a(t.combine)},{i1}"dtype": {_a(t.dtype)},'
+            f'{i1}"fill": {fill},{i1}"layer": {layer},{i1}"name": {_a(t.name)},{i1}"ops": {ops},'
+            f'{i1}"pieces": {pieces_text},{i1}"shape": {shape}{i0}}}'
+        )
 
 
-def _file_pretty(f: OutputFile, i0: str) -> str:
+def _file_pretty(f: OutputFile, i0: str, tensor: _PrettyTensors) -> str:
     i1 = i0 + "  "
-    i2 = i1 + "  "
-    tensors = _scalars([_tensor_pretty(t, i2) for t in f.tensors], i1)
+    tensors = _scalars([tensor(t) for t in f.tensors], i1)
     rank = "null" if f.rank is None else str(f.rank)
     return (
         f'{{{i1}"name": {_a(f.name)},{i1}"nbytes": {f.nbytes},{i1}"rank": {rank},'
@@ -224,31 +247,31 @@ def _provenance_pretty(provenance: dict[str, list[str]], i0: str) -> str:
     return "{" + i1 + ("," + i1).join(rows) + i0 + "}"
 
 
-def plan_pretty_chunks(plan: Plan) -> list[str]:
-    """``plan_pretty_json`` in pieces (one per file and per top-level field), to write
-    without joining 60 MB into one string."""
+def plan_pretty_chunks(plan: Plan) -> Iterator[str]:
+    """``plan_pretty_json`` in pieces (one per file and per top-level field), made as they
+    are written: a full-size plan's 60 MB never exist as one string."""
     head = _head_dump(plan)
     i0, i1 = "\n", "\n  "
-    out = ["{"]
+    yield "{"
     keys = sorted([*head, "files"])
     for n, key in enumerate(keys):
         sep = "," if n + 1 < len(keys) else ""
-        out.append(f"{i1}{_a(key)}: ")
+        yield f"{i1}{_a(key)}: "
         if key == "files":
             if not plan.files:
-                out.append("[]" + sep)
+                yield "[]" + sep
                 continue
-            out.append("[")
+            yield "["
+            tensor = _PrettyTensors(i1 + "      ")
             for k, f in enumerate(plan.files):
                 comma = "," if k + 1 < len(plan.files) else ""
-                out.append(f"{i1}  {_file_pretty(f, i1 + '  ')}{comma}")
-            out.append(f"{i1}]{sep}")
+                yield f"{i1}  {_file_pretty(f, i1 + '  ', tensor)}{comma}"
+            yield f"{i1}]{sep}"
         elif key == "provenance":
-            out.append(_provenance_pretty(plan.provenance, i1) + sep)
+            yield _provenance_pretty(plan.provenance, i1) + sep
         else:
-            out.append(_pretty_value(head[key], 1) + sep)
-    out.append(i0 + "}")
-    return out
+            yield _pretty_value(head[key], 1) + sep
+    yield i0 + "}"
 
 
 def plan_pretty_json(plan: Plan) -> str:

@@ -23,7 +23,7 @@ Example (TP rank 1 of 2 of an MXFP4 down projection, padded from 96 to 128 per r
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -172,9 +172,13 @@ class Plan:
 
     def json_text(self) -> str:
         """``--format json``: sorted keys, indent 2 (``cli.output.to_json`` of the document)."""
-        from checkpoint_tool.plan.json_edge import plan_pretty_json
+        return "".join(self.json_chunks())
 
-        return plan_pretty_json(self)
+    def json_chunks(self) -> Iterator[str]:
+        """``json_text`` piece by piece (a file's tensors at a time), to write as it comes."""
+        from checkpoint_tool.plan.json_edge import plan_pretty_chunks
+
+        return plan_pretty_chunks(self)
 
     @classmethod
     def model_validate(cls, data: Any) -> Plan:

@@ -131,10 +131,11 @@ def _place(
     entry = inputs.catalog.tensors[name]
     rt = inputs.resolved.tensors[name]
     is_scale = rt.role == "scale"
-    rename = partial(inputs.rules.rename, scheme=rt.scheme, drop_checked=True)
-    if part is None:
-        return [(rename(name, is_scale=is_scale), keep(entry))]
+    rename = inputs.rules.rename
     geo = inputs.geometry
+    if part is None or not (geo.pads or part.fused_3d or part.kind == "shared"):
+        return [(rename(name, scheme=rt.scheme, is_scale=is_scale, drop_checked=True), keep(entry))]
+    rename = partial(rename, scheme=rt.scheme, drop_checked=True)
     layer = part.layer
     if part.fused_3d:
         placed = unfuse(entry, rt.role, inputs.codec(rt.scheme), part, target=geo.routed_target())

@@ -43,7 +43,7 @@ class Placement:
 
 def whole(entry: TensorEntry, ops: tuple[str, ...] = ()) -> Placement:
     """The source tensor as it is."""
-    return Placement((Piece(entry.name),), shape=entry.shape, ops=ops, copy=True)
+    return Placement((Piece(entry.name),), shape=list(entry.shape), ops=ops, copy=True)
 
 
 def _fill(entry: TensorEntry, role: str) -> str:

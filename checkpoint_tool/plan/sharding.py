@@ -63,7 +63,9 @@ def parse_size(text: str | int) -> int:
 
 def natural_key(name: str) -> tuple:
     """Sort key that orders embedded numbers numerically (``experts.2`` < ``experts.10``)."""
-    return tuple(int(p) if p.isdigit() else p for p in _DIGITS.split(name))
+    parts: list = _DIGITS.split(name)  # text, digits, text, ...: digits at the odd places
+    parts[1::2] = map(int, parts[1::2])
+    return tuple(parts)
 
 
 def group_key(name: str) -> tuple[int, int]:
