@@ -86,7 +86,13 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
     sources: dict[str, tuple[str, Renamed]] = {}
     rules = inputs.rules
     cache: PlacementCache = {}
-    for name in sorted(inputs.catalog.tensors):
+    ops_cache: dict[tuple, tuple[str, ...]] = {}
+    experts_get = inputs.experts.get
+    tensors = inputs.catalog.tensors
+    resolved = inputs.resolved.tensors
+    rename = rules.rename
+    aligned = not inputs.geometry.pads
+    for name in sorted(tensors):
         if wanted is not None and layer_of(name) not in wanted:
             where = ",".join(map(str, sorted(wanted)))
             out.dropped.append(
@@ -97,8 +103,14 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
         if drop is not None:
             out.dropped.append(DroppedTensor(name=name, rule=drop[0], reason=drop[1]))
             continue
-        part = inputs.experts.get(name)
-        for renamed, placement in _place(inputs, name, part, cache):
+        part = experts_get(name)
+        if part is None or (aligned and part.kind == "routed" and not part.fused_3d):
+            rt = resolved[name]  # the common case, inlined: ~90k tensors of a full-size model
+            renamed = rename(name, scheme=rt.scheme, is_scale=rt.role == "scale", drop_checked=True)
+            placed: list[Placed] = [(renamed, keep(tensors[name]))]
+        else:
+            placed = _place(inputs, name, part, cache)
+        for renamed, placement in placed:
             if not renamed.matched:
                 unmatched.append(name)
             assert renamed.name is not None
@@ -111,7 +123,7 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
                     "in a recipe file (--recipe PATH)"
                 )
             sources[renamed.name] = (name, renamed)
-            _record(inputs, out, name, renamed, placement, part)
+            _record(inputs, out, name, renamed, placement, part, ops_cache)
     if unmatched:
         more = f" (and {len(unmatched) - _SHOW} more)" if len(unmatched) > _SHOW else ""
         raise InputError(
@@ -209,24 +221,22 @@ def _record(
     renamed: Renamed,
     placement: Placement,
     part: ExpertPart | None,
+    ops_cache: dict[tuple, tuple[str, ...]],
 ) -> None:
     entry = inputs.catalog.tensors[source]
     name = renamed.name
     assert name is not None
-    ops = placement.ops
-    if name == source:
-        if renamed.kept:
-            ops = (*ops, f"keep ({renamed.steps[-1]})")
-    elif renamed.unfused:
-        out.kinds[name] = "unfused"
-        out.unfused_modules.add(source)
-    else:
-        out.kinds[name] = "redirected" if renamed.redirected else "renamed"
-        rule_steps = [s for s in renamed.steps if s != "fse"]
-        if renamed.kept:
-            ops = (*ops, f"keep ({rule_steps[-1]})")
-        elif rule_steps:
-            ops = (*ops, f"rename ({', '.join(rule_steps)})")
+    if name != source:
+        out.kinds[name] = (
+            "unfused" if renamed.unfused else "redirected" if renamed.redirected else "renamed"
+        )
+        if renamed.unfused:
+            out.unfused_modules.add(source)
+    how = "same" if name == source else "unfused" if renamed.unfused else "renamed"
+    key = (placement.ops, renamed.steps, renamed.kept, how)
+    ops = ops_cache.get(key)  # one tuple per distinct history: shared by thousands of tensors
+    if ops is None:
+        ops = ops_cache[key] = _ops(placement.ops, renamed, how)
     out.tensors.append(
         OutputTensor(
             name,
@@ -254,6 +264,21 @@ def _record(
             out.module_renames.setdefault(src_module, set()).add(out_module)
         if renamed.redirected:
             out.redirected_modules.add(src_module)
+
+
+def _ops(ops: tuple[str, ...], renamed: Renamed, how: str) -> tuple[str, ...]:
+    """The placement's ops plus what the recipe's rules did to the name (``how``: written
+    under its ``same`` name, ``unfused`` from a 3-D tensor, or ``renamed``)."""
+    if how == "unfused":
+        return ops
+    if how == "same":
+        return (*ops, f"keep ({renamed.steps[-1]})") if renamed.kept else ops
+    rule_steps = [s for s in renamed.steps if s != "fse"]
+    if renamed.kept:
+        return (*ops, f"keep ({rule_steps[-1]})")
+    if rule_steps:
+        return (*ops, f"rename ({', '.join(rule_steps)})")
+    return ops
 
 
 def _check_fixed_points(inputs: PlanInputs, sources: dict[str, tuple[str, Renamed]]) -> None:

@@ -141,7 +141,7 @@ def place(
     out = list(shapes[0])
     out[axis] = sum(s[axis] for s in shapes)
     return Placement(
-        pieces=pieces,
+        pieces=tuple(pieces),
         combine="single" if len(pieces) == 1 else "concat",
         axis=axis if len(pieces) > 1 else 0,
         shape=header_shape(entry.dtype, out),
