@@ -23,6 +23,7 @@ Example (TP rank 1 of 2 of an MXFP4 down projection, padded from 96 to 128 per r
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -86,6 +87,9 @@ class OutputTensor:
 
     __hash__ = None  # type: ignore[assignment]
 
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
+        return _model_copy(self, update, deep)
+
 
 @dataclass(slots=True, eq=True)
 class OutputFile:
@@ -95,6 +99,9 @@ class OutputFile:
     tensors: list[OutputTensor]
     nbytes: int = 0
     rank: int | None = None
+
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
+        return _model_copy(self, update, deep)
 
     def model_dump_json(self) -> str:
         """The file as compact JSON, field order as declared (what the plan hash reads)."""
@@ -148,6 +155,9 @@ class Plan:
     #: findings a reviewer should read before converting (one line each)
     notes: list[str] = field(default_factory=list)
 
+    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
+        return _model_copy(self, update, deep)
+
     def tensor_count(self) -> int:
         return sum(len(f.tensors) for f in self.files)
 
@@ -192,3 +202,11 @@ class Plan:
         import json
 
         return cls.model_validate(json.loads(text))
+
+
+def _model_copy(obj: Any, update: dict[str, Any] | None, deep: bool) -> Any:
+    """pydantic's ``model_copy`` for the compact records: ``replace`` with ``update``."""
+    out = copy.deepcopy(obj) if deep else copy.copy(obj)
+    for key, value in (update or {}).items():
+        setattr(out, key, value)
+    return out
