@@ -171,11 +171,9 @@ def register(app: typer.Typer) -> None:
         part: dist.PartOpt = None,
         finalize: dist.FinalizeOpt = False,
     ) -> None:
-        from checkpoint_tool.catalog import open_catalog
-        from checkpoint_tool.catalog.bulk import gc_paused
         from checkpoint_tool.cli.plan import parse_layers, render_plan
+        from checkpoint_tool.cli.session import open_plan
         from checkpoint_tool.execute import execute_plan
-        from checkpoint_tool.plan.build import plan_for_catalog
         from checkpoint_tool.plan.model import PlanOptions
         from checkpoint_tool.plan.sharding import parse_size
 
@@ -189,9 +187,7 @@ def register(app: typer.Typer) -> None:
             layers=parse_layers(layers),
         )
         budget = parse_size(memory_budget)
-        with gc_paused():  # ~1M acyclic plan objects for a full R1: collect once, afterwards
-            catalog = open_catalog(src, headers_only=False)
-            plan = plan_for_catalog(catalog, options, recipe=recipe)
+        catalog, plan = open_plan(src, options, recipe=recipe, headers_only=False)
         if dry_run:  # the plan as `ckpt plan` prints it (json: the whole plan)
             emit(plan, OutputFormat(fmt.value), human=render_plan)
             return

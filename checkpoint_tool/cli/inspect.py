@@ -76,12 +76,10 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
     ) -> None:
-        from checkpoint_tool.catalog import open_catalog
-        from checkpoint_tool.catalog.bulk import gc_paused
+        from checkpoint_tool.cli.session import opened
 
-        with gc_paused():  # ~1M acyclic objects for a full R1: collect once, afterwards
-            # the policy code is imported while a forked child parses headers (~0.2 s)
-            catalog = open_catalog(src, headers_only=True, meanwhile=_import_policy)
+        # the policy code is imported while a forked child parses headers (~0.2 s)
+        with opened(src, meanwhile=_import_policy) as catalog:
             from checkpoint_tool.policy import build_policy
 
             report = build_policy(

@@ -200,9 +200,7 @@ def register(app: typer.Typer) -> None:
             BasicFormat, typer.Option("--format", help="human (summary) or json (the whole plan).")
         ] = BasicFormat.human,
     ) -> None:
-        from checkpoint_tool.catalog.bulk import gc_paused
-        from checkpoint_tool.catalog.catalog import open_catalog
-        from checkpoint_tool.plan.build import plan_for_catalog
+        from checkpoint_tool.cli.session import open_plan
 
         if fse not in ("auto", "on", "off"):
             raise UsageError(f"--fse must be auto, on or off, got {fse!r}")
@@ -217,7 +215,5 @@ def register(app: typer.Typer) -> None:
             max_shard_size=parse_size(max_shard_size),
             layers=parse_layers(layers),
         )
-        with gc_paused():  # ~1M acyclic plan objects for a full R1: collect once, afterwards
-            catalog = open_catalog(src)
-            plan = plan_for_catalog(catalog, options, recipe=recipe)
+        _, plan = open_plan(src, options, recipe=recipe)
         emit(plan, fmt, human=render_plan)
