@@ -20,7 +20,8 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from checkpoint_tool.cli.output import BasicFormat, emit, stderr_console
+from checkpoint_tool.cli.options import FormatOpt, OverwriteOpt
+from checkpoint_tool.cli.output import emit, stderr_console
 from checkpoint_tool.errors import UsageError
 
 #: outputs at least this large get a progress bar
@@ -172,9 +173,7 @@ def register(app: typer.Typer) -> None:
                 help="Quark presets: routed experts as BF16 fused 3-D gate_up_proj/down_proj.",
             ),
         ] = False,
-        overwrite: Annotated[
-            bool, typer.Option("--overwrite", help="Replace a checkpoint already in DST.")
-        ] = False,
+        overwrite: OverwriteOpt = False,
         data: Annotated[
             DataMode,
             typer.Option(
@@ -183,9 +182,7 @@ def register(app: typer.Typer) -> None:
                 "codes drawn directly (much faster, for large benchmark data).",
             ),
         ] = DataMode.quantize,
-        fmt: Annotated[
-            BasicFormat, typer.Option("--format", help="Output format of the report.")
-        ] = BasicFormat.human,
+        fmt: FormatOpt = "human",
     ) -> None:
         if list_presets:
             emit(_preset_list(), fmt, human=_render_list)
