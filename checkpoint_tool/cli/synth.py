@@ -27,6 +27,17 @@ from checkpoint_tool.errors import UsageError
 #: outputs at least this large get a progress bar
 PROGRESS_MIN_BYTES = 64 << 20
 
+HELP = (
+    "Write a synthetic checkpoint that is format-faithful to a real producer "
+    "(config.json, quantization_config, tensor names, dtypes, shapes, encodings, "
+    "shards + index, side files), with random but validly encoded data.\n\n"
+    "Examples:\n\n"
+    "  ckpt synth --list\n\n"
+    "  ckpt synth quark-hybrid ./hybrid --seed 1\n\n"
+    "  ckpt synth quark-mxfp4 ./m --experts 16 --moe-intermediate 96 --shard-size 200KB\n\n"
+    "  ckpt synth deepseek-v3-fp8 ./r1 --sparse"
+)
+
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?")
 
 
@@ -108,19 +119,7 @@ def _render_result(report: BaseModel, console: Console) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(
-        "synth",
-        help=(
-            "Write a synthetic checkpoint that is format-faithful to a real producer "
-            "(config.json, quantization_config, tensor names, dtypes, shapes, encodings, "
-            "shards + index, side files), with random but validly encoded data.\n\n"
-            "Examples:\n\n"
-            "  ckpt synth --list\n\n"
-            "  ckpt synth quark-hybrid ./hybrid --seed 1\n\n"
-            "  ckpt synth quark-mxfp4 ./m --experts 16 --moe-intermediate 96 --shard-size 200KB\n\n"
-            "  ckpt synth deepseek-v3-fp8 ./r1 --sparse"
-        ),
-    )
+    @app.command("synth", help=HELP)
     def synth(
         preset: Annotated[
             str | None, typer.Argument(help="Preset name (see --list).", show_default=False)
