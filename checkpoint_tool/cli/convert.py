@@ -8,7 +8,6 @@ error (one line on stderr: bad source, DST not empty, disk full, ...).
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -16,8 +15,22 @@ import typer
 from rich.console import Console
 
 from checkpoint_tool.cli import dist_options as dist
-from checkpoint_tool.cli.options import FseOption, LayoutOption, TargetOption
-from checkpoint_tool.cli.output import OutputFormat, emit
+from checkpoint_tool.cli.options import (
+    FormatOpt,
+    FseOpt,
+    LayersOpt,
+    LayoutOpt,
+    MaxShardSizeOpt,
+    MemoryBudgetOpt,
+    OverwriteOpt,
+    PadToOpt,
+    ProgressOpt,
+    RecipeOpt,
+    SourceArg,
+    TargetOpt,
+    TpOpt,
+)
+from checkpoint_tool.cli.output import emit
 
 HELP = (
     "Convert a checkpoint for vLLM: rename tensors (recipe), fuse shared experts into routed "
@@ -35,11 +48,6 @@ HELP = (
     "  ckpt convert ./ckpt /shared/out --part 0/4      # array job: parts 0..3, then --finalize\n\n"
     "  ckpt convert ./ckpt /shared/out --executor ray --ray-address auto"
 )
-
-
-class ConvertFormat(str, Enum):
-    human = "human"
-    json = "json"
 
 
 def render_report(report, console: Console) -> None:  # type: ignore[no-untyped-def]
@@ -74,69 +82,35 @@ def render_target(plan, console: Console) -> None:  # type: ignore[no-untyped-de
         if not fse_on or target.fuses
         else "does NOT load there (shared experts written as routed slots; see the note)"
     )
-    fused = f"shared experts fused on MoE layer(s) {fse_on}" if fse_on else "no fused shared experts"
+    fused = (
+        f"shared experts fused on MoE layer(s) {fse_on}" if fse_on else "no fused shared experts"
+    )
     console.print(f"target {target.name} ({target.description}): {fused}; {need}")
 
 
 def register(app: typer.Typer) -> None:
     @app.command("convert", help=HELP)
     def convert(
-        src: Annotated[
-            str, typer.Argument(help="Checkpoint folder, .safetensors file or repo id.")
-        ],
+        ctx: typer.Context,
+        src: SourceArg,
         dst: Annotated[Path, typer.Argument(help="Output folder (created; must be empty).")],
-        recipe: Annotated[
-            str | None,
-            typer.Option("--recipe", help="Recipe name or YAML path (default: auto from config)."),
-        ] = None,
-        tp: Annotated[
-            int, typer.Option("--tp", min=1, help="Tensor-parallel size to align for.")
-        ] = 1,
-        fse: Annotated[
-            FseOption,
-            typer.Option(
-                "--fse",
-                help="auto: fuse shared experts exactly where the --target engine fuses them "
-                "(none on a stock vLLM); on: write slots wherever possible (error where "
-                "impossible); off: never.",
-            ),
-        ] = FseOption.auto,
-        target: TargetOption = None,
-        pad_to: Annotated[
-            int | None,
-            typer.Option(
-                "--pad-to", min=1, help="Pad the per-rank intermediate size to a multiple."
-            ),
-        ] = None,
-        max_shard_size: Annotated[
-            str, typer.Option("--max-shard-size", help="Largest output file, e.g. 5GB, 500MB.")
-        ] = "5GB",
-        layers: Annotated[
-            str | None, typer.Option("--layers", help="Only these layers, e.g. 3,4 or 0-2.")
-        ] = None,
-        layout: Annotated[
-            LayoutOption, typer.Option("--layout", help="hf (index + shards) or vllm-sharded.")
-        ] = LayoutOption.hf,
+        recipe: RecipeOpt = None,
+        # the plan options: PlanOptions fields of the same name (session.plan_options)
+        tp: TpOpt = 1,
+        fse: FseOpt = "auto",
+        target: TargetOpt = None,
+        pad_to: PadToOpt = None,
+        max_shard_size: MaxShardSizeOpt = "5GB",  # type: ignore[assignment]  # parsed to int
+        layers: LayersOpt = None,
+        layout: LayoutOpt = "hf",
         workers: Annotated[
             int, typer.Option("--workers", "-j", min=1, help="Output files written in parallel.")
         ] = 1,
-        memory_budget: Annotated[
-            str,
-            typer.Option(
-                "--memory-budget", help="Buffer memory for all workers, e.g. 1GiB, 256MiB."
-            ),
-        ] = "1GiB",
+        memory_budget: MemoryBudgetOpt = "1GiB",  # type: ignore[assignment]  # parsed to int
         resume: Annotated[
             bool, typer.Option("--resume", help="Continue an interrupted run into DST.")
         ] = False,
-        overwrite: Annotated[
-            bool,
-            typer.Option(
-                "--overwrite",
-                help="Replace a previous ckpt output in DST (never "
-                "deletes files ckpt did not write).",
-            ),
-        ] = False,
+        overwrite: OverwriteOpt = False,
         hash_source: Annotated[
             bool,
             typer.Option(
@@ -158,12 +132,8 @@ def register(app: typer.Typer) -> None:
         dry_run: Annotated[
             bool, typer.Option("--dry-run", help="Print the plan; write nothing.")
         ] = False,
-        progress: Annotated[
-            bool, typer.Option("--progress/--no-progress", help="Progress on stderr.")
-        ] = True,
-        fmt: Annotated[
-            ConvertFormat, typer.Option("--format", help="human or json (the run report).")
-        ] = ConvertFormat.human,
+        progress: ProgressOpt = True,
+        fmt: FormatOpt = "human",
         # issue 16: spread over processes / machines (cli/dist_options.py)
         executor: dist.ExecutorOpt = dist.ExecutorOption.threads,
         ray_address: dist.RayAddressOpt = None,
@@ -171,38 +141,22 @@ def register(app: typer.Typer) -> None:
         part: dist.PartOpt = None,
         finalize: dist.FinalizeOpt = False,
     ) -> None:
-        from checkpoint_tool.catalog import open_catalog
-        from checkpoint_tool.catalog.bulk import gc_paused
-        from checkpoint_tool.cli.plan import parse_layers, render_plan
+        from checkpoint_tool.cli.plan import render_plan
+        from checkpoint_tool.cli.session import open_plan, plan_options
         from checkpoint_tool.execute import execute_plan
-        from checkpoint_tool.plan.build import plan_for_catalog
-        from checkpoint_tool.plan.model import PlanOptions
-        from checkpoint_tool.plan.sharding import parse_size
 
-        options = PlanOptions(
-            tp=tp,
-            layout=layout.value,
-            fse=fse.value,
-            target=target,
-            pad_to=pad_to,
-            max_shard_size=parse_size(max_shard_size),
-            layers=parse_layers(layers),
-        )
-        budget = parse_size(memory_budget)
-        with gc_paused():  # ~1M acyclic plan objects for a full R1: collect once, afterwards
-            catalog = open_catalog(src, headers_only=False)
-            plan = plan_for_catalog(catalog, options, recipe=recipe)
+        catalog, plan = open_plan(src, plan_options(ctx), recipe=recipe, headers_only=False)
         if dry_run:  # the plan as `ckpt plan` prints it (json: the whole plan)
-            emit(plan, OutputFormat(fmt.value), human=render_plan)
+            emit(plan, fmt, human=render_plan)
             return
         if dist.spread(executor, part, finalize):  # issue 16: Ray tasks, --part, --finalize
             report, human = dist.run(
                 plan, catalog, dst, executor=executor, ray_address=ray_address,
                 ray_tasks=ray_tasks, part=part, finalize=finalize, workers=workers, resume=resume,
-                overwrite=overwrite, progress=progress, memory_budget=budget,
+                overwrite=overwrite, progress=progress, memory_budget=memory_budget,
                 hash_source=hash_source, durable=fsync,
             )  # fmt: skip
-            emit(report, OutputFormat(fmt.value), human=human)
+            emit(report, fmt, human=human)
             return
         report = execute_plan(
             plan,
@@ -212,12 +166,13 @@ def register(app: typer.Typer) -> None:
             resume=resume,
             overwrite=overwrite,
             progress=progress,
-            memory_budget=budget,
+            memory_budget=memory_budget,
             hash_source=hash_source,
             durable=fsync,
         )
+
         def human(r, console: Console) -> None:  # type: ignore[no-untyped-def]
             render_report(r, console)
             render_target(plan, console)
 
-        emit(report, OutputFormat(fmt.value), human=human)  # type: ignore[arg-type]
+        emit(report, fmt, human=human)  # type: ignore[arg-type]

@@ -20,6 +20,11 @@ from rich.rule import Rule
 
 from checkpoint_tool.errors import EXIT_OK
 
+HELP = (
+    "Run the whole pipeline on a tiny synthetic checkpoint: synth, inspect, plan, convert, "
+    "verify, validate.\n\nExample:\n\n  ckpt demo --workdir ./demo-out"
+)
+
 #: (title, argv template, exit codes that are expected, note shown when the step exits non-zero)
 #: ``{src}``/``{dst}`` are filled in at run time
 STEPS: list[tuple[str, str, set[int], str]] = [
@@ -51,13 +56,7 @@ STEPS: list[tuple[str, str, set[int], str]] = [
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(
-        "demo",
-        help=(
-            "Run the whole pipeline on a tiny synthetic checkpoint: synth, inspect, plan, "
-            "convert, verify, validate.\n\nExample:\n\n  ckpt demo --workdir ./demo-out"
-        ),
-    )
+    @app.command("demo", help=HELP)
     def demo(
         workdir: Annotated[
             Path | None,

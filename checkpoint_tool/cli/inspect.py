@@ -9,22 +9,13 @@ error (usable as a CI gate); 2 for unreadable input or bad options.
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Annotated, Any
 
 import typer
 
-from checkpoint_tool.cli.options import FseOption, TargetOption
-from checkpoint_tool.cli.output import OutputFormat, emit
+from checkpoint_tool.cli.options import FseOpt, InspectFormatOpt, SourceArg, TargetOpt, TpOpt
+from checkpoint_tool.cli.output import emit
 from checkpoint_tool.errors import EXIT_FINDINGS
-
-
-class InspectFormat(str, Enum):
-    human = "human"
-    json = "json"
-    markdown = "markdown"
-    html = "html"
-
 
 HELP = (
     "Per-layer policy from config.json and safetensors headers only: routed/shared schemes, "
@@ -41,10 +32,8 @@ HELP = (
 def register(app: typer.Typer) -> None:
     @app.command("inspect", help=HELP)
     def inspect(
-        src: Annotated[
-            str, typer.Argument(help="Checkpoint folder, .safetensors file or hub repo id.")
-        ],
-        tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size (>= 1).")] = 1,
+        src: SourceArg,
+        tp: TpOpt = 1,
         ep: Annotated[
             bool, typer.Option("--ep", help="Expert parallelism (experts not TP-split).")
         ] = False,
@@ -55,18 +44,9 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--all2all", help="All-to-all backend, e.g. nixl_ep, deepep_low_latency."),
         ] = None,
-        fse: Annotated[
-            FseOption,
-            typer.Option(
-                "--fse",
-                help="auto: fuse where possible; on: error where impossible; off: never fuse.",
-            ),
-        ] = FseOption.auto,
-        fmt: Annotated[
-            InspectFormat,
-            typer.Option("--format", help="human, json, markdown or html (a page: the layer map)."),
-        ] = InspectFormat.human,
-        target: TargetOption = None,
+        fse: FseOpt = "auto",
+        fmt: InspectFormatOpt = "human",
+        target: TargetOpt = None,
         moe_backend: Annotated[
             str | None,
             typer.Option(
@@ -76,16 +56,14 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
     ) -> None:
-        from checkpoint_tool.catalog import open_catalog
-        from checkpoint_tool.catalog.bulk import gc_paused
+        from checkpoint_tool.cli.session import opened
 
-        with gc_paused():  # ~1M acyclic objects for a full R1: collect once, afterwards
-            # the policy code is imported while a forked child parses headers (~0.2 s)
-            catalog = open_catalog(src, headers_only=True, meanwhile=_import_policy)
+        # the policy code is imported while a forked child parses headers (~0.2 s)
+        with opened(src, meanwhile=_import_policy) as catalog:
             from checkpoint_tool.policy import build_policy
 
             report = build_policy(
-                catalog, tp=tp, ep=ep, eplb=eplb, all2all=all2all, fse=fse.value, target=target
+                catalog, tp=tp, ep=ep, eplb=eplb, all2all=all2all, fse=fse, target=target
             )
         # engine section (issue 10): what the target engine does with this checkpoint
         from checkpoint_tool.policy.engine import build_engine_report
@@ -112,7 +90,7 @@ def register(app: typer.Typer) -> None:
 
             return render_policy_html(r)
 
-        emit(report, OutputFormat(fmt.value), human=human, markdown=markdown, html=html)
+        emit(report, fmt, human=human, markdown=markdown, html=html)
         if report.has_errors:
             raise typer.Exit(EXIT_FINDINGS)
 

@@ -5,9 +5,9 @@ report's ``model_dump(mode="json")`` with sorted keys, so it is stable for CI di
 
 Example::
 
-    emit(report, OutputFormat.json)                # prints {"moe_layers": [...], ...}
-    emit(report, OutputFormat.human, human=render)  # render(report, console) draws rich tables
-    emit(report, OutputFormat.html, html=render_policy_html)  # one self-contained page
+    emit(report, "json")                 # prints {"moe_layers": [...], ...}
+    emit(report, "human", human=render)  # render(report, console) draws rich tables
+    emit(report, "html", html=render_policy_html)  # one self-contained page
 
 HTML goes to stdout like the other formats (``ckpt inspect SRC --format html > map.html``);
 a command that draws no HTML refuses ``--format html`` (exit 2) instead of printing JSON.
@@ -18,8 +18,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 
@@ -27,20 +26,13 @@ if TYPE_CHECKING:  # imported when a human report is drawn (json output never ne
     from rich.console import Console
 
 
-class OutputFormat(str, Enum):
-    human = "human"
-    json = "json"
-    markdown = "markdown"
-    junit = "junit"
-    html = "html"
-
-
-class BasicFormat(str, Enum):
-    """What a command that draws only a summary table offers (``--format human|json``):
-    typer then refuses ``--format html`` before any work is done."""
-
-    human = "human"
-    json = "json"
+#: every format ``emit`` draws; a command offers the ones it has renderers for
+OutputFormat = Literal["human", "json", "markdown", "junit", "html"]
+#: what a command that draws only a summary table offers (``--format human|json``): typer
+#: then refuses ``--format html`` before any work is done
+BasicFormat = Literal["human", "json"]
+#: ``ckpt inspect --format``: a policy report has no JUnit form (it runs no tests)
+InspectFormat = Literal["human", "json", "markdown", "html"]
 
 
 def stdout_console() -> Console:
@@ -66,7 +58,7 @@ def to_json(report: BaseModel) -> str:
 
 def emit(
     report: BaseModel,
-    fmt: OutputFormat | BasicFormat,
+    fmt: OutputFormat,
     *,
     human: Callable[[BaseModel, Console], None] | None = None,
     markdown: Callable[[BaseModel], str] | None = None,
@@ -75,14 +67,13 @@ def emit(
 ) -> None:
     """Print ``report`` in ``fmt``; formats a command does not support fall back to JSON,
     except html (a page is not JSON): ``UsageError`` (exit 2) there."""
-    fmt = OutputFormat(fmt.value)
-    if fmt is OutputFormat.human and human is not None:
+    if fmt == "human" and human is not None:
         human(report, stdout_console())
-    elif fmt is OutputFormat.markdown and markdown is not None:
+    elif fmt == "markdown" and markdown is not None:
         sys.stdout.write(markdown(report).rstrip("\n") + "\n")
-    elif fmt is OutputFormat.junit and junit is not None:
+    elif fmt == "junit" and junit is not None:
         sys.stdout.write(junit(report).rstrip("\n") + "\n")
-    elif fmt is OutputFormat.html:
+    elif fmt == "html":
         if html is None:
             from checkpoint_tool.errors import UsageError
 

@@ -8,40 +8,37 @@ whole plan (every output tensor as pieces of source tensors), the input of ``ckp
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from checkpoint_tool.cli.options import TargetOption
-from checkpoint_tool.cli.output import BasicFormat, emit
-from checkpoint_tool.errors import UsageError
-from checkpoint_tool.plan.model import Plan, PlanOptions
-from checkpoint_tool.plan.sharding import parse_size
+from checkpoint_tool.cli.options import (
+    FormatOpt,
+    FseOpt,
+    LayersOpt,
+    LayoutOpt,
+    MaxShardSizeOpt,
+    PadToOpt,
+    RecipeOpt,
+    SourceArg,
+    TargetOpt,
+    TpOpt,
+)
+from checkpoint_tool.cli.output import emit
+from checkpoint_tool.plan.model import Plan
 
 _MAX_FILE_ROWS = 12
 
-
-def parse_layers(text: str | None) -> list[int] | None:
-    """``"3,4"`` / ``"3-5,7"`` -> ``[3, 4]`` / ``[3, 4, 5, 7]``."""
-    if text is None or not text.strip():
-        return None
-    out: set[int] = set()
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                if hi < lo:
-                    raise ValueError
-                out.update(range(lo, hi + 1))
-            elif part:
-                out.add(int(part))
-    except ValueError:
-        raise UsageError(f"--layers {text!r}: write layer numbers like 3,4 or 3-5,7") from None
-    return sorted(out)
+HELP = (
+    "Show what a conversion would do (renames, FSE redirection, padding, files), reading only "
+    "headers and config.json; nothing is written. --format json prints the whole plan, the "
+    "input of `ckpt convert`.\n\n"
+    "Examples:\n\n  ckpt plan /models/DeepSeek-R1 --tp 8\n\n"
+    "  ckpt plan ./quark-hybrid --tp 2 --fse off --max-shard-size 2GB\n\n"
+    "  ckpt plan ./quark-hybrid --tp 2 --target vllm-per-layer-fse\n\n"
+    "  ckpt plan ./ckpt --layers 3,4 --format json > plan.json"
+)
 
 
 def _size(n: int) -> str:
@@ -149,75 +146,22 @@ def render_plan(plan: BaseModel, console: Console) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(
-        "plan",
-        help=(
-            "Show what a conversion would do (renames, FSE redirection, padding, files), "
-            "reading only headers and config.json; nothing is written.\n\n"
-            "Examples:\n\n  ckpt plan /models/DeepSeek-R1 --tp 8\n\n"
-            "  ckpt plan ./quark-hybrid --tp 2 --fse off --max-shard-size 2GB\n\n"
-            "  ckpt plan ./quark-hybrid --tp 2 --target vllm-per-layer-fse\n\n"
-            "  ckpt plan ./ckpt --layers 3,4 --format json > plan.json"
-        ),
-    )
+    @app.command("plan", help=HELP)
     def plan_cmd(
-        src: Annotated[str, typer.Argument(help="Checkpoint folder, file, or hub repo id.")],
-        recipe: Annotated[
-            str | None,
-            typer.Option(
-                help="Bundled recipe name or recipe .yaml path (default: from config.json)."
-            ),
-        ] = None,
-        tp: Annotated[int, typer.Option(help="Tensor-parallel size the output is padded for.")] = 1,
-        fse: Annotated[
-            str,
-            typer.Option(
-                help="Fused shared experts: auto (what the --target engine fuses), on, off."
-            ),
-        ] = "auto",
-        target: TargetOption = None,
-        pad_to: Annotated[
-            int | None,
-            typer.Option(
-                "--pad-to",
-                help="Per-rank alignment of the expert intermediate size (default: what the schemes need).",
-            ),
-        ] = None,
-        max_shard_size: Annotated[
-            str,
-            typer.Option("--max-shard-size", help="Largest output file, e.g. 5GB, 500MB, 4GiB."),
-        ] = "5GB",
-        layers: Annotated[
-            str | None, typer.Option(help="Only these decoder layers, e.g. 3,4 or 3-5 (partial).")
-        ] = None,
-        layout: Annotated[
-            str,
-            typer.Option(
-                help="Output layout: hf (HF-style shards + index) or vllm-sharded (per-rank files for --load-format sharded_state)."
-            ),
-        ] = "hf",
-        fmt: Annotated[
-            BasicFormat, typer.Option("--format", help="human (summary) or json (the whole plan).")
-        ] = BasicFormat.human,
+        ctx: typer.Context,
+        src: SourceArg,
+        recipe: RecipeOpt = None,
+        # the plan options: PlanOptions fields of the same name (session.plan_options)
+        tp: TpOpt = 1,
+        fse: FseOpt = "auto",
+        target: TargetOpt = None,
+        pad_to: PadToOpt = None,
+        max_shard_size: MaxShardSizeOpt = "5GB",  # type: ignore[assignment]  # parsed to int
+        layers: LayersOpt = None,
+        layout: LayoutOpt = "hf",
+        fmt: FormatOpt = "human",
     ) -> None:
-        from checkpoint_tool.catalog.bulk import gc_paused
-        from checkpoint_tool.catalog.catalog import open_catalog
-        from checkpoint_tool.plan.build import plan_for_catalog
+        from checkpoint_tool.cli.session import open_plan, plan_options
 
-        if fse not in ("auto", "on", "off"):
-            raise UsageError(f"--fse must be auto, on or off, got {fse!r}")
-        if layout not in ("hf", "vllm-sharded"):
-            raise UsageError(f"--layout must be hf or vllm-sharded, got {layout!r}")
-        options = PlanOptions(
-            tp=tp,
-            layout=layout,  # type: ignore[arg-type]
-            fse=fse,  # type: ignore[arg-type]
-            target=target,
-            pad_to=pad_to,
-            max_shard_size=parse_size(max_shard_size),
-            layers=parse_layers(layers),
-        )
-        with gc_paused():  # ~1M acyclic plan objects for a full R1: collect once, afterwards
-            catalog = open_catalog(src)
-            plan = plan_for_catalog(catalog, options, recipe=recipe)
+        _, plan = open_plan(src, plan_options(ctx), recipe=recipe)
         emit(plan, fmt, human=render_plan)

@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.syntax import Syntax
 from rich.table import Table
 
-from checkpoint_tool.cli.output import BasicFormat, emit
+from checkpoint_tool.cli.options import FormatOpt
+from checkpoint_tool.cli.output import emit
 from checkpoint_tool.recipes import RULE_ORDER, list_recipes, load_recipe, recipe_json_schema
 
 
@@ -84,9 +85,7 @@ def register(app: typer.Typer) -> None:
         "list", help="List the bundled recipes.\n\nExample:\n\n  ckpt recipes list --format json"
     )
     def list_cmd(
-        fmt: Annotated[
-            BasicFormat, typer.Option("--format", help="human or json.")
-        ] = BasicFormat.human,
+        fmt: FormatOpt = "human",
     ) -> None:
         report = RecipeList(rule_order=list(RULE_ORDER), recipes=[_info(r) for r in list_recipes()])
         emit(report, fmt, human=_render_list)
@@ -101,9 +100,7 @@ def register(app: typer.Typer) -> None:
     )
     def show_cmd(
         name: Annotated[str, typer.Argument(help="Bundled recipe name or path to a .yaml file.")],
-        fmt: Annotated[
-            BasicFormat, typer.Option("--format", help="human or json.")
-        ] = BasicFormat.human,
+        fmt: FormatOpt = "human",
     ) -> None:
         recipe = load_recipe(name)
         report = RecipeShow(

@@ -20,11 +20,23 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from checkpoint_tool.cli.output import BasicFormat, emit, stderr_console
+from checkpoint_tool.cli.options import FormatOpt, OverwriteOpt
+from checkpoint_tool.cli.output import emit, stderr_console
 from checkpoint_tool.errors import UsageError
 
 #: outputs at least this large get a progress bar
 PROGRESS_MIN_BYTES = 64 << 20
+
+HELP = (
+    "Write a synthetic checkpoint that is format-faithful to a real producer "
+    "(config.json, quantization_config, tensor names, dtypes, shapes, encodings, "
+    "shards + index, side files), with random but validly encoded data.\n\n"
+    "Examples:\n\n"
+    "  ckpt synth --list\n\n"
+    "  ckpt synth quark-hybrid ./hybrid --seed 1\n\n"
+    "  ckpt synth quark-mxfp4 ./m --experts 16 --moe-intermediate 96 --shard-size 200KB\n\n"
+    "  ckpt synth deepseek-v3-fp8 ./r1 --sparse"
+)
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?")
 
@@ -107,19 +119,7 @@ def _render_result(report: BaseModel, console: Console) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command(
-        "synth",
-        help=(
-            "Write a synthetic checkpoint that is format-faithful to a real producer "
-            "(config.json, quantization_config, tensor names, dtypes, shapes, encodings, "
-            "shards + index, side files), with random but validly encoded data.\n\n"
-            "Examples:\n\n"
-            "  ckpt synth --list\n\n"
-            "  ckpt synth quark-hybrid ./hybrid --seed 1\n\n"
-            "  ckpt synth quark-mxfp4 ./m --experts 16 --moe-intermediate 96 --shard-size 200KB\n\n"
-            "  ckpt synth deepseek-v3-fp8 ./r1 --sparse"
-        ),
-    )
+    @app.command("synth", help=HELP)
     def synth(
         preset: Annotated[
             str | None, typer.Argument(help="Preset name (see --list).", show_default=False)
@@ -172,9 +172,7 @@ def register(app: typer.Typer) -> None:
                 help="Quark presets: routed experts as BF16 fused 3-D gate_up_proj/down_proj.",
             ),
         ] = False,
-        overwrite: Annotated[
-            bool, typer.Option("--overwrite", help="Replace a checkpoint already in DST.")
-        ] = False,
+        overwrite: OverwriteOpt = False,
         data: Annotated[
             DataMode,
             typer.Option(
@@ -183,9 +181,7 @@ def register(app: typer.Typer) -> None:
                 "codes drawn directly (much faster, for large benchmark data).",
             ),
         ] = DataMode.quantize,
-        fmt: Annotated[
-            BasicFormat, typer.Option("--format", help="Output format of the report.")
-        ] = BasicFormat.human,
+        fmt: FormatOpt = "human",
     ) -> None:
         if list_presets:
             emit(_preset_list(), fmt, human=_render_list)

@@ -10,7 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from checkpoint_tool.cli.output import BasicFormat, emit
+from checkpoint_tool.cli.options import FormatOpt, SourceArg
+from checkpoint_tool.cli.output import emit
 from checkpoint_tool.errors import UsageError
 
 if TYPE_CHECKING:  # the library part imports torch: load it only when the command runs
@@ -83,9 +84,7 @@ def render(report: TensorReport, console: Console) -> None:
 def register(app: typer.Typer) -> None:
     @app.command("tensor", help=HELP)
     def tensor(
-        src: Annotated[
-            str, typer.Argument(help="Checkpoint folder, .safetensors file or org/name.")
-        ],
+        src: SourceArg,
         name: Annotated[str, typer.Argument(help="Tensor or module name.")],
         dequant: Annotated[
             bool, typer.Option("--dequant", help="Write the dequantized float32 values (--out).")
@@ -93,9 +92,7 @@ def register(app: typer.Typer) -> None:
         out: Annotated[
             Path | None, typer.Option("--out", help="Output .npy file for --dequant.")
         ] = None,
-        fmt: Annotated[
-            BasicFormat, typer.Option("--format", help="Output format: human or json.")
-        ] = BasicFormat.human,
+        fmt: FormatOpt = "human",
     ) -> None:
         from checkpoint_tool.catalog import open_catalog
         from checkpoint_tool.quant.tensor_report import tensor_report

@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
-from checkpoint_tool.cli.options import TargetOption
-from checkpoint_tool.cli.output import OutputFormat, emit
+from checkpoint_tool.cli.options import ReportFormatOpt, SourceArg, TargetOpt
+from checkpoint_tool.cli.output import emit
 from checkpoint_tool.errors import UsageError
 
 HELP = """Check a checkpoint before publishing it: structure (index, shards, headers, offsets,
@@ -42,22 +42,8 @@ Examples:
 def register(app: typer.Typer) -> None:
     @app.command("validate", help=HELP)
     def validate(
-        path: Annotated[
-            str,
-            typer.Argument(
-                help="Checkpoint folder, one .safetensors file, or a hub repo id "
-                "(org/name, hf://org/name@rev)."
-            ),
-        ],
-        fmt: Annotated[
-            OutputFormat,
-            typer.Option(
-                "--format",
-                "-f",
-                help="human, json, junit (JUnit XML), markdown or html (a page with the "
-                "layer map).",
-            ),
-        ] = OutputFormat.human,
+        path: SourceArg,
+        fmt: ReportFormatOpt = "human",
         strict: Annotated[
             bool, typer.Option("--strict", help="Fail (exit 1) on warnings as well.")
         ] = False,
@@ -114,7 +100,7 @@ def register(app: typer.Typer) -> None:
                 "--html", help="Also write the HTML report (with the layer map) to this file."
             ),
         ] = None,
-        target: TargetOption = None,
+        target: TargetOpt = None,
     ) -> None:
         from checkpoint_tool.validate import ValidateOptions, validate_checkpoint
         from checkpoint_tool.validate.checks import CHECK_IDS
@@ -182,9 +168,7 @@ def _write_page(dst: Path, text: str) -> None:
         raise UsageError(f"{dst}: cannot write the HTML report ({exc.strerror})") from exc
 
 
-def _render_html(
-    report: object, path: str, expect_policy: Path | None, target: str | None
-) -> str:
+def _render_html(report: object, path: str, expect_policy: Path | None, target: str | None) -> str:
     """``--format html`` (issue 19): the report, plus the layer map of the checkpoint's policy
     (built as ``ckpt inspect`` does, with the options of ``--expect-policy`` when given)."""
     from checkpoint_tool.errors import CkptError

@@ -7,14 +7,20 @@ unreadable input (no manifest for the lossless check, another source, bad option
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 
 from checkpoint_tool.cli import dist_options as dist
-from checkpoint_tool.cli.output import OutputFormat, emit
+from checkpoint_tool.cli.options import (
+    FormatOpt,
+    MemoryBudgetOpt,
+    ProgressOpt,
+    VerifyLayersOpt,
+    VerifyTpOpt,
+)
+from checkpoint_tool.cli.output import emit
 
 HELP = """Prove a converted checkpoint against its source.
 
@@ -44,20 +50,9 @@ Examples:
 """
 
 
-class DeviceOption(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-
-
-class BackendOption(str, Enum):
-    triton = "triton"
-    torch = "torch"
-
-
-class VerifyFormat(str, Enum):
-    human = "human"
-    json = "json"
+#: ``--device`` / ``--backend`` values, as ``VerifyOptions`` spells them
+Device = Literal["auto", "cpu", "cuda"]
+Backend = Literal["triton", "torch"]
 
 
 def register(app: typer.Typer) -> None:
@@ -80,38 +75,23 @@ def register(app: typer.Typer) -> None:
                 "--numeric/--no-numeric", help="Run sampled MoE layers against the reference."
             ),
         ] = True,
-        layers: Annotated[
-            str | None,
-            typer.Option(
-                "--layers", help="MoE layers to run, e.g. 3,4 or 3-5 (default: one per policy)."
-            ),
-        ] = None,
+        layers: VerifyLayersOpt = None,
         tokens: Annotated[
             int, typer.Option("--tokens", min=1, help="Random hidden states per layer.")
         ] = 16,
         seed: Annotated[int, typer.Option("--seed", help="Seed of the hidden states.")] = 0,
-        tp: Annotated[
-            int | None,
-            typer.Option(
-                "--tp", min=1, help="TP ranks to run and sum (default: the conversion's --tp)."
-            ),
-        ] = None,
+        tp: VerifyTpOpt = None,
         device: Annotated[
-            DeviceOption, typer.Option("--device", help="auto (cuda if visible), cpu or cuda.")
-        ] = DeviceOption.auto,
+            Device, typer.Option("--device", help="auto (cuda if visible), cpu or cuda.")
+        ] = "auto",
         backend: Annotated[
-            BackendOption,
+            Backend,
             typer.Option(
                 "--backend",
                 help="triton (grouped GEMM; the interpreter on CPU) or torch (per-expert loop).",
             ),
-        ] = BackendOption.triton,
-        memory_budget: Annotated[
-            str,
-            typer.Option(
-                "--memory-budget", help="Bytes compared at a time (lossless), e.g. 64MiB."
-            ),
-        ] = "32MiB",
+        ] = "triton",
+        memory_budget: MemoryBudgetOpt = "32MiB",  # type: ignore[assignment]  # parsed to int
         max_mismatches: Annotated[
             int,
             typer.Option(
@@ -126,12 +106,8 @@ def register(app: typer.Typer) -> None:
                 "report); by default a check that could not run fails.",
             ),
         ] = False,
-        progress: Annotated[
-            bool, typer.Option("--progress/--no-progress", help="Progress bar on a terminal.")
-        ] = True,
-        fmt: Annotated[
-            VerifyFormat, typer.Option("--format", "-f", help="human or json.")
-        ] = VerifyFormat.human,
+        progress: ProgressOpt = True,
+        fmt: FormatOpt = "human",
         # issue 16: spread the lossless check (cli/dist_options.py)
         executor: dist.ExecutorOpt = dist.ExecutorOption.threads,
         ray_address: dist.RayAddressOpt = None,
@@ -139,22 +115,20 @@ def register(app: typer.Typer) -> None:
         part: dist.PartOpt = None,
         merge: dist.MergeOpt = None,
     ) -> None:
-        from checkpoint_tool.cli.plan import parse_layers
         from checkpoint_tool.execute.progress import RichProgress
-        from checkpoint_tool.plan.sharding import parse_size
         from checkpoint_tool.verify import VerifyOptions, verify_checkpoint
         from checkpoint_tool.verify.render import render_human
 
         options = VerifyOptions(
             lossless=lossless,
             numeric=numeric,
-            layers=parse_layers(layers),
+            layers=layers,
             tokens=tokens,
             seed=seed,
-            device=device.value,
-            backend=backend.value,
+            device=device,
+            backend=backend,
             tp=tp,
-            memory_budget=parse_size(memory_budget),
+            memory_budget=memory_budget,
             max_mismatches=max_mismatches,
             allow_skipped=allow_skipped,
         )
@@ -169,11 +143,11 @@ def register(app: typer.Typer) -> None:
                 part=part, merge=merge, lossless=lossless, numeric=numeric,
                 memory_budget=options.memory_budget, max_mismatches=max_mismatches,
             )  # fmt: skip
-            emit(spread_report, OutputFormat(fmt.value), human=human)
+            emit(spread_report, fmt, human=human)
             if spread_report.exit_code:
                 raise typer.Exit(spread_report.exit_code)
             return
         report = verify_checkpoint(dst, source, options, progress=bar)
-        emit(report, OutputFormat(fmt.value), human=render_human)  # type: ignore[arg-type]
+        emit(report, fmt, human=render_human)  # type: ignore[arg-type]
         if report.exit_code:
             raise typer.Exit(report.exit_code)

@@ -47,6 +47,7 @@ from checkpoint_tool.quant.configs import (
     NoQuantConfig,
     QuarkConfig,
 )
+from checkpoint_tool.quant.configs.quark_record import QuarkLayer, QuarkTensor
 
 #: code -> reason template, exactly as vLLM 0.33 words it
 VLLM_REASONS: dict[str, str] = {
@@ -210,15 +211,19 @@ def dsv4_prefix(facts: ModelFacts, layer: MoeLayerFacts) -> str:
 
 
 def is_quark_mxfp4_ocp(raw_qc: dict[str, Any]) -> bool:
-    """vLLM's ``DeepseekV4FP8Config._is_quark_mxfp4_ocp``: global weight fp4 per_group 32."""
-    weight = (raw_qc.get("global_quant_config") or {}).get("weight")
-    if not isinstance(weight, dict):
+    """vLLM's ``DeepseekV4FP8Config._is_quark_mxfp4_ocp`` (models/deepseek_v4/quant_config.py):
+    the global weight, written as one dict, is fp4 per_group 32."""
+    weight = _plain_weight(raw_qc.get("global_quant_config"))
+    if weight is None:
         return False
-    return (
-        weight.get("dtype") == "fp4"
-        and weight.get("qscheme") == "per_group"
-        and weight.get("group_size") == 32
-    )
+    return weight.dtype == "fp4" and weight.qscheme == "per_group" and weight.group_size == 32
+
+
+def _plain_weight(spec: Any) -> QuarkTensor | None:
+    """The ``weight`` of a Quark layer spec when written as one dict (vLLM's
+    ``isinstance(weight, dict)``), read by ``quark_record``."""
+    slot = QuarkLayer.parse(spec or {}).weight
+    return slot.plain if slot is not None else None
 
 
 def dsv4_gate(
@@ -251,7 +256,7 @@ def dsv4_gate(
             ),
             None,
         )
-    weight = (spec or raw_qc.get("global_quant_config") or {}).get("weight") or {}
-    if isinstance(weight, dict) and weight.get("dtype") == "fp4":
+    weight = _plain_weight(spec or raw_qc.get("global_quant_config"))
+    if weight is not None and weight.dtype == "fp4":
         return OK
     return _no("dsv4_shared_not_mxfp4", v, prefix=prefix)

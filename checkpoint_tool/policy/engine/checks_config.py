@@ -54,14 +54,26 @@ def _export(ctx: EngineContext) -> dict | None:
     return export if isinstance(export, dict) else None
 
 
+def _wrong_type(
+    owner: dict | None, key: str, ok: type | tuple[type, ...], rule: RuleSpec
+) -> list[EngineFinding]:
+    """A finding when ``owner[key]`` (read with ``.get``) is not an ``ok`` instance; none when
+    there is no ``owner``. Example: ``{"exclude": None}``, key "exclude", ok list ->
+    ``[finding(kind="NoneType", value="None")]``."""
+    if owner is None:
+        return []
+    value = owner.get(key)
+    if isinstance(value, ok):
+        return []
+    return [rule.finding(kind=_kind(value), value=repr(value))]
+
+
+#: values vLLM can ``len()`` and iterate; anything else (None, a number) raises there
+_SIZED = (list, tuple, str, dict)
+
+
 def check_kv_cache_group_not_list(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]:
-    export = _export(ctx)
-    if export is None:
-        return []
-    group = export.get("kv_cache_group")
-    if isinstance(group, list | tuple | str | dict):
-        return []
-    return [rule.finding(kind=_kind(group), value=repr(group))]
+    return _wrong_type(_export(ctx), "kv_cache_group", _SIZED, rule)
 
 
 def check_kv_cache_group_unmatched(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]:
@@ -86,23 +98,11 @@ def check_pack_method_missing(ctx: EngineContext, rule: RuleSpec) -> list[Engine
 
 
 def check_layer_type_not_dict(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]:
-    qc = _quark_raw(ctx)
-    if qc is None:
-        return []
-    value = qc.get("layer_type_quant_config")
-    if isinstance(value, dict):
-        return []
-    return [rule.finding(kind=_kind(value), value=repr(value))]
+    return _wrong_type(_quark_raw(ctx), "layer_type_quant_config", dict, rule)
 
 
 def check_exclude_not_list(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]:
-    qc = _quark_raw(ctx)
-    if qc is None:
-        return []
-    value = qc.get("exclude")
-    if isinstance(value, list | tuple | str | dict):
-        return []
-    return [rule.finding(kind=_kind(value), value=repr(value))]
+    return _wrong_type(_quark_raw(ctx), "exclude", _SIZED, rule)
 
 
 def check_exclude_string(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]:

@@ -3,7 +3,9 @@
 Each slot is null, one tensor config, or a list of two (NVFP4: ``[fp4 per_group 16, fp8
 per_tensor]``; W4A8: ``[fp8 per_tensor, int4 per_channel]``). Tensor-config keys vary by Quark
 version (0.8 has dtype/is_dynamic/qscheme/ch_axis/group_size/...; later versions add
-scale_format, block_size, mx_element_dtype, ...): unknown keys are kept.
+scale_format, block_size, mx_element_dtype, ...): the models below validate and keep them all
+(unknown keys too); ``scheme_from_spec`` builds the ``Scheme`` from ``quark_record``'s reading
+of the spec, the one ``policy.engine.quark_detect`` reads to predict vLLM.
 
 What Quark writes per scheme (seen in Quark 0.13 exports):
 
@@ -29,6 +31,7 @@ from checkpoint_tool.quant.configs.base import (
     nvfp4_scheme,
     unquantized,
 )
+from checkpoint_tool.quant.configs.quark_record import QuarkLayer, QuarkSlot, QuarkTensor
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 
 SOURCE = "quark"
@@ -81,36 +84,27 @@ class QuarkLayerSpec(BaseModel):
         return self.model_dump(mode="json")
 
 
-def _first(slot: Slot) -> QuarkTensorSpec | None:
-    return slot[0] if isinstance(slot, list) else slot
+#: FP8 weight qscheme -> format, for the scale-per-tensor and scale-per-row layouts
+_FP8_FORMATS = {
+    "per_tensor": WeightFormat.FP8_PER_TENSOR,
+    "per_channel": WeightFormat.FP8_PER_CHANNEL,
+}
+
+#: NVFP4's two weight configs: (dtype, qscheme, group_size) of the first, (dtype, qscheme) of the
+#: second
+_NVFP4 = ("fp4", "per_group", 16, "fp8_e4m3", "per_tensor")
 
 
-def _is_static(t: QuarkTensorSpec | None) -> bool:
-    return t is not None and t.is_dynamic is False
-
-
-def _activation(inp: Slot) -> str | None:
+def _activation(inp: QuarkSlot | None) -> str | None:
+    """None (weight-only), "static" when any input config is written static, else "dynamic"."""
     if inp is None:
         return None
-    return (
-        "static"
-        if any(_is_static(t) for t in (inp if isinstance(inp, list) else [inp]))
-        else "dynamic"
-    )
+    return "static" if any(t.is_dynamic is False for t in inp.parts) else "dynamic"
 
 
-def _block(t: QuarkTensorSpec) -> tuple[int, int]:
-    b = t.block_size
-    if isinstance(b, list | tuple) and len(b) == 2:
-        return int(b[0]), int(b[1])
-    if isinstance(b, int):
-        return b, b
-    return 128, 128
-
-
-def _unsupported(w: QuarkTensorSpec | list, rule: str, spec: dict, why: str) -> Scheme:
-    first = w[0] if isinstance(w, list) else w
-    dtypes = {"int8": ("I8",), "fp8_e4m3": ("F8_E4M3",)}.get(first.dtype or "", ("U8", "I8", "I32"))
+def _unsupported(first: QuarkTensor | None, rule: str, spec: dict, why: str) -> Scheme:
+    dtype = first.dtype if first is not None else None
+    dtypes = {"int8": ("I8",), "fp8_e4m3": ("F8_E4M3",)}.get(dtype or "", ("U8", "I8", "I32"))
     return Scheme(
         format=WeightFormat.UNSUPPORTED,
         weight_dtypes=dtypes,
@@ -122,96 +116,86 @@ def _unsupported(w: QuarkTensorSpec | list, rule: str, spec: dict, why: str) -> 
 
 
 def scheme_from_spec(spec: QuarkLayerSpec | None, rule: str) -> Scheme:
-    """Translate a Quark layer spec (None = excluded) into a ``Scheme`` explained by ``rule``."""
+    """Translate a Quark layer spec (None = excluded) into a ``Scheme`` explained by ``rule``.
+
+    Example: the ``mxfp4`` spec of ``synth/quark_specs.json`` -> ``Scheme(format="mxfp4",
+    group_size=32, scale_dtypes=("U8",), activation="dynamic", ...)``.
+    """
     if spec is None:
         return unquantized(SOURCE, rule)
-    w, inp, raw = spec.weight, spec.input_tensors, spec.raw()
+    raw = spec.raw()
+    layer = QuarkLayer.parse(raw)
+    w, inp = layer.weight, layer.input
     if w is None:
         return unquantized(SOURCE, f"{rule}; weight: null").model_copy(update={"spec": raw})
-    act = _activation(inp)
-    if isinstance(w, list):
-        if (
-            len(w) == 2
-            and w[0].dtype == "fp4"
-            and w[0].qscheme == "per_group"
-            and w[0].group_size == 16
-            and w[1].dtype == "fp8_e4m3"
-            and w[1].qscheme == "per_tensor"
-        ):
-            inp_second = inp[1] if isinstance(inp, list) and len(inp) == 2 else None
-            return nvfp4_scheme(
-                source=SOURCE,
-                rule=rule,
-                input_scale_suffix="input_scale_2" if _is_static(inp_second) else None,
-                spec=raw,
-            ).model_copy(update={"input_scale_dtypes": ("F32",) if _is_static(inp_second) else ()})
-        return _unsupported(w, rule, raw, "two-part weight spec other than NVFP4 (e.g. W4A8 int4)")
-    return _single_weight_scheme(w, inp, act, rule, raw)
+    if w.listed:
+        return _two_part_scheme(w, inp, rule, raw)
+    return _single_weight_scheme(w.parts[0], inp, rule, raw)
 
 
-def _single_weight_scheme(
-    w: QuarkTensorSpec, inp: Slot, act: str | None, rule: str, raw: dict
-) -> Scheme:
-    first_in = _first(inp)
+def _two_part_scheme(w: QuarkSlot, inp: QuarkSlot | None, rule: str, raw: dict) -> Scheme:
+    """NVFP4 ``[fp4 per_group 16, fp8_e4m3 per_tensor]``; a static second input config means
+    an ``input_scale_2`` tensor. Any other list (W4A8 int4, a list of one) has no codec."""
+    w0, w1 = w.parts if len(w.parts) == 2 else (None, None)
+    if w0 and w1 and (w0.dtype, w0.qscheme, w0.group_size, w1.dtype, w1.qscheme) == _NVFP4:
+        second = inp.parts[1] if inp is not None and inp.listed and len(inp.parts) == 2 else None
+        static = second is not None and second.is_dynamic is False
+        return nvfp4_scheme(
+            source=SOURCE,
+            rule=rule,
+            input_scale_suffix="input_scale_2" if static else None,
+            spec=raw,
+        ).model_copy(update={"input_scale_dtypes": ("F32",) if static else ()})
+    why = "two-part weight spec other than NVFP4 (e.g. W4A8 int4)"
+    return _unsupported(w.first, rule, raw, why)
+
+
+def _single_weight_scheme(w: QuarkTensor, inp: QuarkSlot | None, rule: str, raw: dict) -> Scheme:
+    """FP8 per-tensor / per-channel / per-block, MXFP8 or MXFP4 (scale_format "e8m0" in any
+    case); a static per-tensor FP8 input written as one dict means an ``input_scale`` tensor."""
+    first_in = inp.plain if inp is not None else None
     static_fp8_in = (
         first_in is not None
-        and not isinstance(inp, list)
-        and _is_static(first_in)
-        and first_in.dtype == "fp8_e4m3"
-        and first_in.qscheme == "per_tensor"
+        and first_in.is_dynamic is False
+        and (first_in.dtype, first_in.qscheme) == ("fp8_e4m3", "per_tensor")
     )
-    in_suffix = "input_scale" if static_fp8_in else None
-    in_dtypes = FLOAT_DTYPES if static_fp8_in else ()
-    e8m0_scale = (w.scale_format or "").lower() == "e8m0"
-    if w.dtype == "fp8_e4m3":
-        if w.qscheme in ("per_tensor", "per_channel"):
-            fmt = (
-                WeightFormat.FP8_PER_TENSOR
-                if w.qscheme == "per_tensor"
-                else WeightFormat.FP8_PER_CHANNEL
-            )
-            return Scheme(
-                format=fmt,
-                weight_dtypes=("F8_E4M3",),
-                scale_suffix="weight_scale",
-                scale_dtypes=FLOAT_DTYPES,
-                input_scale_suffix=in_suffix,
-                input_scale_dtypes=in_dtypes,
-                activation=act,
-                source=SOURCE,
-                rule=rule,
-                spec=raw,
-            )
-        if w.qscheme == "per_block":
-            e8m0 = "e8m0" in (w.scale_type or "") or e8m0_scale
-            float_dtypes = ("F32",) if w.scale_type == "float32" else ("F32", "BF16", "F16")
-            return fp8_block_scheme(
-                _block(w),
-                scale_suffix="weight_scale",
-                scale_dtypes=("U8", "F8_E8M0") if e8m0 else float_dtypes,
-                e8m0=e8m0,
-                source=SOURCE,
-                rule=rule,
-                spec=raw,
-            ).model_copy(update={"activation": act})
-        if w.qscheme == "per_group" and w.group_size == 32 and e8m0_scale:
-            return Scheme(
-                format=WeightFormat.MXFP8,
-                weight_dtypes=("F8_E4M3",),
-                group_size=32,
-                scale_suffix="weight_scale",
-                scale_dtypes=("U8",),
-                scale_is_e8m0=True,
-                input_scale_suffix=in_suffix,
-                input_scale_dtypes=in_dtypes,
-                activation=act,
-                source=SOURCE,
-                rule=rule,
-                spec=raw,
-            )
-    if w.dtype == "fp4" and w.qscheme == "per_group" and w.group_size == 32 and e8m0_scale:
-        return mxfp4_scheme(source=SOURCE, rule=rule, activation=act, spec=raw).model_copy(
-            update={"input_scale_suffix": in_suffix, "input_scale_dtypes": in_dtypes}
+    common: dict[str, Any] = {
+        "input_scale_suffix": "input_scale" if static_fp8_in else None,
+        "input_scale_dtypes": FLOAT_DTYPES if static_fp8_in else (),
+        "activation": _activation(inp),
+        "source": SOURCE,
+        "rule": rule,
+        "spec": raw,
+    }
+    e8m0_format = (w.scale_format or "").lower() == "e8m0"
+    mx_group = w.qscheme == "per_group" and w.group_size == 32 and e8m0_format
+    if w.dtype == "fp8_e4m3" and w.qscheme in _FP8_FORMATS:
+        return Scheme(
+            format=_FP8_FORMATS[w.qscheme],
+            weight_dtypes=("F8_E4M3",),
+            scale_suffix="weight_scale",
+            scale_dtypes=FLOAT_DTYPES,
+            **common,
         )
+    if w.dtype == "fp8_e4m3" and w.qscheme == "per_block":
+        e8m0 = "e8m0" in (w.scale_type or "") or e8m0_format
+        float_dtypes = ("F32",) if w.scale_type == "float32" else ("F32", "BF16", "F16")
+        block = w.block if w.block is not None and len(w.block) == 2 else (128, 128)
+        return fp8_block_scheme(
+            (int(block[0]), int(block[1])),
+            scale_suffix="weight_scale",
+            scale_dtypes=("U8", "F8_E8M0") if e8m0 else float_dtypes,
+            e8m0=e8m0,
+            source=SOURCE,
+            rule=rule,
+            spec=raw,
+        ).model_copy(update={"activation": common["activation"]})
+    if w.dtype in ("fp8_e4m3", "fp4") and mx_group:
+        # MXFP8 stores its scales as MXFP4 does (one E8M0 byte per 32 inputs): only the
+        # weight differs, unpacked F8_E4M3 instead of packed FP4 pairs
+        mx = mxfp4_scheme(source=SOURCE, rule=rule)
+        if w.dtype == "fp8_e4m3":
+            common.update(format=WeightFormat.MXFP8, weight_dtypes=("F8_E4M3",))
+        return mx.model_copy(update=common)
     why = f"weight {w.dtype} {w.qscheme} group {w.group_size} has no codec in ckpt"
     return _unsupported(w, rule, raw, why)
