@@ -53,3 +53,8 @@ class Piece(_PieceFields):
 
     def __new__(cls, source: str, slices: Iterable[Region] = (), pads: Iterable[Pad] = ()) -> Piece:
         return super().__new__(cls, source, tuple(slices), tuple(pads))
+
+    @classmethod
+    def of(cls, source: str, slices: tuple[Region, ...], pads: tuple[Pad, ...]) -> Piece:
+        """A piece from tuples as they are (no copies: the planner's hot path)."""
+        return tuple.__new__(cls, (source, slices, pads))

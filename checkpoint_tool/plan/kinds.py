@@ -72,9 +72,14 @@ def pad(
     key = (role, entry.dtype, entry.shape, logical, id(codec), part.dim, part.proj == "down")
     key += (tuple(ranges), target)
     template = cache.get(key) if cache is not None else None
-    if template is not None:
-        return replace(
-            template, pieces=tuple(p._replace(source=entry.name) for p in template.pieces)
+    if template is not None:  # the same cut of another expert: its regions, this name
+        return Placement(
+            tuple(Piece.of(entry.name, p.slices, p.pads) for p in template.pieces),
+            template.combine,
+            template.axis,
+            template.shape,
+            template.padded,
+            template.ops,
         )
     placement = place(
         entry,

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import Any
 
+from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.catalog.safetensors_format import storage_shape, tensor_nbytes
 from checkpoint_tool.errors import InputError, UsageError
 from checkpoint_tool.plan.experts import ExpertPart
@@ -85,7 +87,7 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
     unmatched: list[str] = []
     sources: dict[str, tuple[str, Renamed]] = {}
     rules = inputs.rules
-    cache: PlacementCache = {}
+    cutter = _Cutter(inputs)
     ops_cache: dict[tuple, tuple[str, ...]] = {}
     experts_get = inputs.experts.get
     tensors = inputs.catalog.tensors
@@ -105,11 +107,11 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
             continue
         part = experts_get(name)
         if part is None or (aligned and part.kind == "routed" and not part.fused_3d):
-            rt = resolved[name]  # the common case, inlined: ~90k tensors of a full-size model
+            rt = resolved[name]  # ``keep``, inlined: ~90k tensors of a full-size model
             renamed = rename(name, scheme=rt.scheme, is_scale=rt.role == "scale", drop_checked=True)
             placed: list[Placed] = [(renamed, keep(tensors[name]))]
         else:
-            placed = _place(inputs, name, part, cache)
+            placed = _place(inputs, name, part, cutter)
         for renamed, placement in placed:
             if not renamed.matched:
                 unmatched.append(name)
@@ -136,18 +138,14 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
     return out
 
 
-def _place(
-    inputs: PlanInputs, name: str, part: ExpertPart | None, cache: PlacementCache
-) -> list[Placed]:
-    """Which kind applies to ``name``, its placement(s), and the name(s) they are written as."""
+def _place(inputs: PlanInputs, name: str, part: ExpertPart, cutter: _Cutter) -> list[Placed]:
+    """Which kind applies to expert tensor ``name``, its placement(s), and the name(s) they
+    are written as (a tensor of no expert is a ``keep``, decided by the caller)."""
     entry = inputs.catalog.tensors[name]
-    rt = inputs.resolved.tensors[name]
+    rt = cutter.resolved[name]
     is_scale = rt.role == "scale"
-    rename = inputs.rules.rename
+    rename = partial(inputs.rules.rename, scheme=rt.scheme, drop_checked=True)
     geo = inputs.geometry
-    if part is None or not (geo.pads or part.fused_3d or part.kind == "shared"):
-        return [(rename(name, scheme=rt.scheme, is_scale=is_scale, drop_checked=True), keep(entry))]
-    rename = partial(rename, scheme=rt.scheme, drop_checked=True)
     layer = part.layer
     if part.fused_3d:
         placed = unfuse(entry, rt.role, inputs.codec(rt.scheme), part, target=geo.routed_target())
@@ -164,10 +162,13 @@ def _place(
         width = layer.shared_chunk_size
     else:
         width = layer.shared_intermediate_size
-    cut = partial(_pad_expert, inputs, name, part, width=width, cache=cache)
     if fused:
+        target = geo.routed_target()
         chunked = redirect(
-            entry, split_tensor_name(name)[1], part, partial(cut, target=geo.routed_target())
+            entry,
+            split_tensor_name(name)[1],
+            part,
+            lambda ranges: cutter.cut(entry, rt, part, ranges, target, width),
         )
         return [
             (rename(name, redirect_to=chunk.target, is_scale=is_scale), p) for chunk, p in chunked
@@ -176,42 +177,58 @@ def _place(
         geo.routed_target() if part.kind == "routed" else geo.shared_target(layer.n_shared, width)
     )
     ranges = [(k * width, (k + 1) * width) for k in range(part.segments)]
-    return [(rename(name, is_scale=is_scale), cut(ranges, target=target))]
+    return [(rename(name, is_scale=is_scale), cutter.cut(entry, rt, part, ranges, target, width))]
 
 
-def _pad_expert(
-    inputs: PlanInputs,
-    name: str,
-    part: ExpertPart,
-    ranges: list[tuple[int, int]],
-    *,
-    target: int,
-    width: int,
-    cache: PlacementCache,
-) -> Placement:
-    """``pad`` for an expert tensor: its module's weight gives the codec and logical shape."""
-    entry = inputs.catalog.tensors[name]
-    rt = inputs.resolved.tensors[name]
-    whole_ranges = [(k * width, (k + 1) * width) for k in range(part.segments)]
-    if ranges == whole_ranges and target == ranges[0][1] - ranges[0][0]:
-        return keep(entry)
-    weight = inputs.weight_of(rt.module)
-    if weight is None:
-        raise InputError(
-            f"{inputs.catalog.root}: tensor {name!r} belongs to expert module {rt.module!r}, "
-            "which has no weight tensor; the checkpoint is incomplete"
+class _Cutter:
+    """``pad`` for expert tensors: the module's weight gives the codec and the logical shape;
+    codecs, logical shapes and placements are looked up once per distinct value."""
+
+    def __init__(self, inputs: PlanInputs) -> None:
+        self.inputs = inputs
+        self.tensors = inputs.catalog.tensors
+        self.resolved = inputs.resolved.tensors
+        self.cache: PlacementCache = {}
+        self.codecs: dict[int, Any] = {}  # by id of the weight's Scheme (alive in resolved)
+        self.logical: dict[tuple, tuple[int, ...]] = {}
+
+    def cut(
+        self,
+        entry: TensorEntry,
+        rt: Any,
+        part: ExpertPart,
+        ranges: list[tuple[int, int]],
+        target: int,
+        width: int,
+    ) -> Placement:
+        weight = self.inputs.weight_of(rt.module)
+        if weight is None:
+            raise InputError(
+                f"{self.inputs.catalog.root}: tensor {entry.name!r} belongs to expert module "
+                f"{rt.module!r}, which has no weight tensor; the checkpoint is incomplete"
+            )
+        w_entry = self.tensors[weight]
+        scheme = self.resolved[weight].scheme
+        codec = self.codecs.get(id(scheme))
+        if codec is None:
+            codec = self.codecs[id(scheme)] = self.inputs.codec(scheme)
+        key = (id(codec), w_entry.dtype, w_entry.shape)
+        logical = self.logical.get(key)
+        if logical is None:
+            storage = storage_shape(w_entry.dtype, w_entry.shape, name=weight)
+            logical = self.logical[key] = tuple(codec.logical_shape(storage))
+        check_intermediate(w_entry, part, logical[part.dim % len(logical)], width * part.segments)
+        return pad(
+            entry,
+            rt.role,
+            codec,
+            logical,
+            part,
+            ranges,
+            target=target,
+            width=width,
+            cache=self.cache,
         )
-    w_entry = inputs.catalog.tensors[weight]
-    codec = inputs.codec(inputs.resolved.tensors[weight].scheme)
-    key = ("logical", id(codec), w_entry.dtype, w_entry.shape)
-    logical = cache.get(key)  # type: ignore[assignment]
-    if logical is None:
-        storage = storage_shape(w_entry.dtype, w_entry.shape, name=weight)
-        logical = cache[key] = tuple(codec.logical_shape(storage))  # type: ignore[assignment]
-    check_intermediate(w_entry, part, logical[part.dim % len(logical)], width * part.segments)
-    return pad(
-        entry, rt.role, codec, logical, part, ranges, target=target, width=width, cache=cache
-    )
 
 
 def _record(
