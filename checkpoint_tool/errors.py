@@ -46,3 +46,9 @@ class AlignmentError(CkptError):
 
 class OutputError(CkptError):
     """The destination cannot be written (exists, disk full, permission)."""
+
+
+def first_few(names: list[str], show: int = 5) -> str:
+    """A list of names for a one-line message: ``"a, b, c, d, e (and 7 more)"``."""
+    more = f" (and {len(names) - show} more)" if len(names) > show else ""
+    return f"{', '.join(names[:show])}{more}"

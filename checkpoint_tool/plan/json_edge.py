@@ -317,18 +317,5 @@ def plan_load(data: Any) -> Plan:
         )
         for f in doc.files
     ]
-    return Plan(
-        ckpt_version=doc.ckpt_version,
-        source=doc.source,
-        source_revision=doc.source_revision,
-        recipe=doc.recipe,
-        options=doc.options,
-        files=files,
-        dropped=list(doc.dropped),
-        config=doc.config,
-        side_files=list(doc.side_files),
-        fse_layers=dict(doc.fse_layers),
-        provenance={k: list(v) for k, v in doc.provenance.items()},
-        summary=doc.summary,
-        notes=list(doc.notes),
-    )
+    head = {name: getattr(doc, name) for name in _FIELDS if name != "files"}
+    return Plan(**head, files=files)

@@ -32,7 +32,7 @@ from typing import Any
 
 from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.catalog.safetensors_format import storage_shape, tensor_nbytes
-from checkpoint_tool.errors import InputError, UsageError
+from checkpoint_tool.errors import InputError, UsageError, first_few
 from checkpoint_tool.plan.experts import ExpertPart
 from checkpoint_tool.plan.inputs import PlanInputs, layer_of
 from checkpoint_tool.plan.kinds import (
@@ -47,8 +47,6 @@ from checkpoint_tool.plan.model import DroppedTensor, OutputTensor
 from checkpoint_tool.plan.pieces import Placement
 from checkpoint_tool.quant.resolve import split_tensor_name
 from checkpoint_tool.recipes import Renamed
-
-_SHOW = 5
 
 
 @dataclass
@@ -127,10 +125,9 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
             sources[renamed.name] = (name, renamed)
             _record(inputs, out, name, renamed, placement, part, ops_cache)
     if unmatched:
-        more = f" (and {len(unmatched) - _SHOW} more)" if len(unmatched) > _SHOW else ""
         raise InputError(
             f"{inputs.catalog.root}: {len(unmatched)} tensor(s) match no rule of recipe "
-            f"{inputs.recipe.name}: {', '.join(unmatched[:_SHOW])}{more}; give the right "
+            f"{inputs.recipe.name}: {first_few(unmatched)}; give the right "
             "--recipe, or add drop/keep/accept rules in a recipe file (--recipe PATH)"
         )
     if inputs.recipe.loader_reapplies_rules:

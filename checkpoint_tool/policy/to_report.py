@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from checkpoint_tool.model import ModelFacts
+from checkpoint_tool.model import ModelFacts, MoeLayerFacts
 from checkpoint_tool.policy.consistency import moe_structure_issues, unmatched_pattern_issues
 from checkpoint_tool.policy.decision import LayerDecision, PolicyDecision
 from checkpoint_tool.policy.report import ExpertSchemes, ModelSummary, MoeLayerPolicy, PolicyReport
@@ -71,22 +71,10 @@ def layer_policy(d: LayerDecision, *, tp: int, ep: bool) -> MoeLayerPolicy:
         n_routed=layer.n_routed,
         n_shared=layer.n_shared,
         top_k=layer.top_k,
-        routed=_expert_schemes(
-            d.routed_schemes,
-            layout=layer.naming.routed_layout,
-            prefix=layer.routed_prefix,
-            count=layer.n_routed,
-            width=layer.moe_intermediate_size,
-        ),
+        routed=_expert_schemes(d.routed_schemes, layer, shared=False),
         shared=None
         if layer.n_shared <= 0
-        else _expert_schemes(
-            d.shared_schemes,
-            layout=layer.naming.shared_layout,
-            prefix=layer.shared_prefix or "",
-            count=layer.n_shared,
-            width=layer.shared_intermediate_size,
-        ),
+        else _expert_schemes(d.shared_schemes, layer, shared=True),
         fse=d.fse,
         intermediate=tp_geometry(
             layer.moe_intermediate_size, moe_tp, d.routed_alignment, d.routed_alignment_from
@@ -96,8 +84,9 @@ def layer_policy(d: LayerDecision, *, tp: int, ep: bool) -> MoeLayerPolicy:
 
 
 def _expert_schemes(
-    schemes: Mapping[str, Scheme], *, layout: str, prefix: str, count: int, width: int
+    schemes: Mapping[str, Scheme], layer: MoeLayerFacts, *, shared: bool
 ) -> ExpertSchemes:
+    """The routed (or shared) experts of ``layer`` as stored: one label, or one per projection."""
     labels = {p: s.short() for p, s in schemes.items()}
     distinct = sorted(set(labels.values()))
     first = next(iter(schemes.values()), None)
@@ -113,10 +102,10 @@ def _expert_schemes(
         format=fmt,
         rule=first.rule if first is not None else "",
         per_projection=labels if len(distinct) > 1 else {},
-        layout=layout,
-        prefix=prefix,
-        count=count,
-        width=width,
+        layout=layer.naming.shared_layout if shared else layer.naming.routed_layout,
+        prefix=(layer.shared_prefix or "") if shared else layer.routed_prefix,
+        count=layer.n_shared if shared else layer.n_routed,
+        width=layer.shared_intermediate_size if shared else layer.moe_intermediate_size,
     )
 
 

@@ -35,7 +35,6 @@ from checkpoint_tool.plan.model import DroppedTensor, OutputTensor, Piece
 from checkpoint_tool.quant.resolve import storage_key
 from checkpoint_tool.targets.instance import MoeSite
 from checkpoint_tool.targets.shapes import (
-    ROLE_BY_SUFFIX,
     moe_intermediate,
     moe_shapes,
     required,
@@ -74,19 +73,16 @@ def moe_params(b: ParamBuilder, site: MoeSite, layer: MoeLayerFacts) -> list[Par
     sp = scheme_params(b.spec, scheme, site.vllm)
     params = required(sp, scheme, "moe")
     for (_, proj), module in modules.items():
-        tensors = b.index.module(module)
-        for p in params:
-            if p not in tensors:
-                template = b.spec.moe.w2 if proj == "down" else b.spec.moe.w13
-                key = b.keys.key(site.vllm, template.format(param=p))
-                raise b.missing(f"{module}.{p}", key, f"{scheme.short()}, {site.cite}")
-        extra = sorted(set(tensors) & set(ROLE_BY_SUFFIX) - set(params))
-        if extra:
-            raise InputError(
-                f"{b.index.ctx.catalog.root}: {', '.join(f'{module}.{s}' for s in extra)}: "
-                f"vLLM's routed experts ({scheme.short()}) have no such parameter; drop it with "
-                "a recipe rule or fix the quantization config"
-            )
+        template = b.spec.moe.w2 if proj == "down" else b.spec.moe.w13
+        b.check_params(
+            module,
+            b.index.module(module),
+            params,
+            lambda p, template=template: b.keys.key(site.vllm, template.format(param=p)),
+            scheme,
+            site,
+            "routed experts",
+        )
     codec = b.index.ctx.codec(scheme)
     logical = {k: _logical(b, codec, site, module, k[1]) for k, module in modules.items()}
     shapes = moe_shapes(site, b.spec, codec, b.tp, params, sp.per_expert)

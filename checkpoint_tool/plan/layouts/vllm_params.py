@@ -18,7 +18,7 @@ Example (column-parallel ``q_b_proj``, rank 1 of 2)::
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,7 @@ from checkpoint_tool.errors import AlignmentError, InputError
 from checkpoint_tool.plan.layouts.narrow import narrow, pieces_shape
 from checkpoint_tool.plan.model import OutputTensor, Pad, Piece, Region
 from checkpoint_tool.quant.resolve import storage_key
+from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.targets.instance import BufferSite, LinearSite, ParamSite, VocabSite
 from checkpoint_tool.targets.shapes import (
     ROLE_BY_SUFFIX,
@@ -75,6 +76,29 @@ class ParamBuilder:
             f"vLLM's parameter {param!r} ({why}) needs it: restore it in the source, or use "
             "--layout hf"
         )
+
+    def check_params(
+        self,
+        module: str,
+        tensors: Mapping[str, OutputTensor],
+        params: Sequence[str],
+        key_of: Callable[[str], str],
+        scheme: Scheme,
+        site: Any,
+        what: str,
+    ) -> None:
+        """``module`` has a tensor for each parameter vLLM registers (``params``; ``key_of``
+        names the vLLM key of one) and no scale vLLM would not register."""
+        for p in params:
+            if p not in tensors:
+                raise self.missing(f"{module}.{p}", key_of(p), f"{scheme.short()}, {site.cite}")
+        extra = sorted(set(tensors) & set(ROLE_BY_SUFFIX) - set(params))
+        if extra:
+            raise InputError(
+                f"{self.index.ctx.catalog.root}: {', '.join(f'{module}.{s}' for s in extra)}: "
+                f"vLLM's {what} ({scheme.short()}) has no such parameter; drop it with a "
+                "recipe rule or fix the quantization config"
+            )
 
     def logical(self, codec: Any, weight: OutputTensor) -> tuple[int, ...]:
         return tuple(codec.logical_shape(storage_shape(weight.dtype, weight.shape)))
@@ -147,17 +171,9 @@ class ParamBuilder:
             )
         params = required(scheme_params(self.spec, scheme, site.vllm), scheme, "linear")
         for hf, _, tensors in shards:
-            for p in params:
-                if p not in tensors:
-                    why = f"{scheme.short()}, {site.cite}"
-                    raise self.missing(f"{hf}.{p}", self.keys.key(site.vllm, p), why)
-            extra = sorted(set(tensors) & set(ROLE_BY_SUFFIX) - set(params))
-            if extra:
-                raise InputError(
-                    f"{self.index.ctx.catalog.root}: {', '.join(f'{hf}.{s}' for s in extra)}: "
-                    f"vLLM's {site.vllm} ({scheme.short()}) has no such parameter; drop it with a "
-                    "recipe rule or fix the quantization config"
-                )
+            self.check_params(
+                hf, tensors, params, lambda p: self.keys.key(site.vllm, p), scheme, site, site.vllm
+            )
         codec = self.index.ctx.codec(scheme)
         logicals = []
         for hf, out, tensors in shards:

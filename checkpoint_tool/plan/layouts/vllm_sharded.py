@@ -25,7 +25,7 @@ from __future__ import annotations
 import gc
 from typing import TYPE_CHECKING, Any
 
-from checkpoint_tool.errors import InputError, UsageError
+from checkpoint_tool.errors import InputError, UsageError, first_few
 from checkpoint_tool.plan.inputs import layer_of
 from checkpoint_tool.plan.layouts.planned_index import PlannedIndex
 from checkpoint_tool.plan.layouts.vllm_moe import moe_params
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from checkpoint_tool.plan.outputs import Planned
 
 MTP_RULE = "vllm_sharded_mtp"
-_SHOW = 5
 
 
 def engine_config(ctx: PlanInputs) -> dict[str, Any]:
@@ -170,10 +169,9 @@ def _drop_mtp(index: PlannedIndex, planned: Planned, num_layers: int) -> None:
 def _check_leftovers(ctx: PlanInputs, index: PlannedIndex, spec: TargetSpec) -> None:
     left = index.unused()
     if left:
-        more = f" (and {len(left) - _SHOW} more)" if len(left) > _SHOW else ""
         raise InputError(
             f"{ctx.catalog.root}: {len(left)} tensor(s) have no parameter in vLLM's "
-            f"{spec.family} model ({spec.target}): {', '.join(left[:_SHOW])}{more}; drop them "
+            f"{spec.family} model ({spec.target}): {first_few(left)}; drop them "
             "with a recipe rule (--recipe PATH) or use --layout hf"
         )
 
