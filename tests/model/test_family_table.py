@@ -254,6 +254,69 @@ def test_hand_written_expectations_on_synth_presets():
     assert q3.family == "qwen3_moe" and all(m.n_shared == 0 for m in q3.moe_layers)
 
 
+def test_every_family_of_the_table_is_pinned(snapshot):
+    from typing import get_args
+
+    from checkpoint_tool.model.facts import Family
+    from checkpoint_tool.model.families import FAMILIES
+
+    # the order family_of tries them in, as before the table
+    assert list(FAMILIES) == ["deepseek_v4", "deepseek_v3", "qwen3_moe", "glm4_moe"]
+    assert set(FAMILIES) | {"generic"} == set(get_args(Family))
+    pinned = {entry["summary"]["family"] for entry in snapshot.values()}
+    assert set(FAMILIES) <= pinned
+
+
+def test_families_claim_disjoint_model_types_and_architectures():
+    from checkpoint_tool.model.families import FAMILIES
+
+    specs = list(FAMILIES.values())
+    for i, a in enumerate(specs):
+        for b in specs[i + 1 :]:
+            assert not a.model_types & b.model_types, (a.name, b.name)
+            for prefix in a.architecture_prefixes:
+                assert not prefix.startswith(b.architecture_prefixes), (a.name, b.name)
+                assert not any(p.startswith(prefix) for p in b.architecture_prefixes)
+
+
+ROW = """
+glm4_moe:
+  model_types: [glm4_moe]
+  architecture_prefixes: [Glm4Moe]
+  keys: {n_routed: n_routed_experts}
+  moe_layers: {rule: first_k_dense, first_k: first_k_dense_replace}
+  shared: {rule: count, count: n_shared_experts}
+  layers: {roots: [model.layers], block: mlp}
+"""
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("rule: first_k_dense,", "rule: every_other,"), "every_other"),
+        (("block: mlp}", "block: mlp}\n  naming: {shared_nam: x}"), "shared_nam"),
+        (
+            ("block: mlp}", "block: mlp}\n  mtp: {count: n, roots: {layers: [mtp]}}"),
+            "every decoder root",
+        ),
+        (("glm4_moe:\n", "llama:\n"), "llama"),
+    ],
+)
+def test_a_broken_table_is_one_line_input_error(tmp_path, edit, message):
+    from checkpoint_tool.errors import InputError
+    from checkpoint_tool.model.families.spec import load_families
+
+    good = tmp_path / "good.yaml"
+    good.write_text(ROW)
+    assert load_families(good)["glm4_moe"].layers.block == "mlp"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(ROW.replace(*edit))
+    with pytest.raises(InputError, match="not a valid family table") as info:
+        load_families(bad)
+    assert "\n" not in str(info.value)
+    assert message in str(info.value)
+
+
 if __name__ == "__main__":
     entries = {name: snapshot_entry(case) for name, case in sorted(_CASES.items())}
     lines = [f"{json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in entries.items()]

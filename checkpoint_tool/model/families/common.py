@@ -1,7 +1,5 @@
-"""Pieces every family builder shares: MTP presence, per-layer naming, MoE layer assembly.
-
-A family states which layers are MoE, their sizes and its default naming; ``moe_model_facts``
-does the rest.
+"""The one builder of the family table (``build_facts``) and the pieces it shares with the
+generic detector: per-layer facts with the naming detected from tensor names, MTP presence.
 
 Example::
 
@@ -12,11 +10,13 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Any
 
-from checkpoint_tool.model.facts import ExpertNaming, Family, ModelFacts, MoeLayerFacts
-from checkpoint_tool.model.naming import detect_naming
+from checkpoint_tool.model.config_fields import ConfigView, text_config
+from checkpoint_tool.model.facts import ExpertNaming, ModelFacts, MoeLayerFacts
+from checkpoint_tool.model.families.spec import FamilySpec
+from checkpoint_tool.model.naming import choose_root, detect_naming
 
 
 def layer_facts(
@@ -86,40 +86,35 @@ def present_mtp_layers(
     return kept
 
 
-def moe_model_facts(
-    config: dict[str, Any],
-    names: Collection[str] | None,
-    *,
-    family: Family,
-    hidden: int,
-    n_layers: int,
-    main: list[tuple[int, str]],
-    n_mtp: int,
-    mtp_prefix: Callable[[int], str],
-    n_routed: int,
-    n_shared: int,
-    moe_i: int,
-    shared_i: int,
-    top_k: int,
-    default: ExpertNaming,
-    expert_dtype: str | None = None,
+def build_facts(
+    spec: FamilySpec, config: dict[str, Any], names: Collection[str] | None
 ) -> ModelFacts:
-    """Facts of a model whose MoE layers are ``main`` plus ``n_mtp`` MTP layers after them.
-
-    ``main`` lists ``(layer, prefix)`` of the decoder's MoE layers; MTP layer ``k`` has index
-    ``n_layers + k`` and prefix ``mtp_prefix(k)``, and is kept only when present (see
+    """Facts of a model of a table family: sizes read from config.json by ``spec.keys``, MoE
+    layers picked by the family's rule, MTP layers after them (kept only when present, see
     ``present_mtp_layers``). Every layer has the same sizes.
 
     Example::
 
-        moe_model_facts(config, None, family="glm4_moe", hidden=4096, n_layers=4,
-                        main=[(1, "model.layers.1.mlp")], n_mtp=1,
-                        mtp_prefix=lambda k: f"model.layers.{4 + k}.mlp", n_routed=8,
-                        n_shared=1, moe_i=256, shared_i=256, top_k=2, default=ExpertNaming())
-        # ModelFacts(family="glm4_moe", moe_layers=[<layer 1>, <layer 4, is_mtp>], ...)
+        build_facts(load_families()["glm4_moe"], {"hidden_size": 4096,
+                    "num_hidden_layers": 4, "first_k_dense_replace": 1, "n_routed_experts": 8,
+                    "n_shared_experts": 1, "moe_intermediate_size": 256,
+                    "num_nextn_predict_layers": 1}, None).moe_layer_indices
+        # [1, 2, 3, 4]   (4: the MTP layer, model.layers.4.mlp)
     """
+    cfg = ConfigView(config, family=spec.name)
+    keys = spec.keys
+    hidden = cfg.req_int(keys.hidden_size)
+    n_layers = cfg.req_int(keys.num_hidden_layers)
+    n_routed = cfg.req_int(keys.n_routed)
+    moe_i = cfg.req_int(keys.moe_intermediate_size)
+    n_shared, shared_i = spec.shared.sizes(cfg, moe_i)
+    moe = spec.moe_layers.select(cfg, n_layers, n_routed)
+    root = choose_root(spec.decoder_roots(text_config(config) is not config), names)
+    block = spec.layers.block
+    declared = spec.mtp.prefixes(cfg, root, n_layers, block, names)
+    top_k = cfg.opt_int(keys.top_k, 0)
     notes: list[str] = []
-    mtp = present_mtp_layers([(n_layers + k, mtp_prefix(k)) for k in range(n_mtp)], names, notes)
+    mtp = present_mtp_layers(declared, names, notes)
     layers = [
         layer_facts(
             i,
@@ -130,18 +125,20 @@ def moe_model_facts(
             shared_i=shared_i,
             top_k=top_k,
             names=names,
-            default=default,
+            default=spec.naming,
             is_mtp=i >= n_layers,
         )
-        for i, prefix in main + mtp
+        for i, prefix in [(i, f"{root}.{i}.{block}") for i in moe] + mtp
     ]
+    expert_dtype = cfg.get(keys.expert_dtype) if keys.expert_dtype else None
     return ModelFacts(
-        family=family,
+        family=spec.name,
+        # the checkpoint's own model_type: the top level of a multimodal wrapper
         model_type=config.get("model_type"),
         hidden_size=hidden,
         num_hidden_layers=n_layers,
-        num_mtp_layers=n_mtp,
-        expert_dtype=expert_dtype,
+        num_mtp_layers=len(declared),
+        expert_dtype=expert_dtype if isinstance(expert_dtype, str) else None,
         moe_layers=layers,
         notes=notes,
     )

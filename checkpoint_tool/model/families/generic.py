@@ -25,7 +25,7 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from checkpoint_tool.model.config_fields import ConfigView, text_config
+from checkpoint_tool.model.config_fields import ConfigView
 from checkpoint_tool.model.facts import ExpertNaming, ModelFacts, MoeLayerFacts
 from checkpoint_tool.model.families.common import layer_facts
 
@@ -41,8 +41,7 @@ def build(
     names: Collection[str] | None,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
 ) -> ModelFacts:
-    tc = text_config(config or {})
-    cfg = ConfigView(tc, family="generic")
+    cfg = ConfigView(config or {}, family="generic")
     notes = ["model type not recognised: MoE layers inferred from tensor names (generic)"]
     if names is None:
         notes.append("no tensor names given: no MoE layer can be inferred")
@@ -72,8 +71,8 @@ def build(
             names=names,
             default=ExpertNaming(),
         )
-        n_routed = _first_int(tc, _ROUTED_KEYS) or _routed_count(probe, g, shapes)
-        moe_i = _first_int(tc, ("moe_intermediate_size",)) or _routed_width(probe, shapes)
+        n_routed = _first_int(cfg, _ROUTED_KEYS) or _routed_count(probe, g, shapes)
+        moe_i = _first_int(cfg, ("moe_intermediate_size",)) or _routed_width(probe, shapes)
         moe_i = moe_i or cfg.opt_int("intermediate_size", 0)
         n_shared = 0
         shared_i = 0
@@ -143,9 +142,9 @@ def _scan(names: Collection[str]) -> dict[str, dict[str, Any]]:
     return groups
 
 
-def _first_int(tc: dict[str, Any], keys: tuple[str, ...]) -> int:
+def _first_int(cfg: ConfigView, keys: tuple[str, ...]) -> int:
     for key in keys:
-        value = tc.get(key)
+        value = cfg.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return 0
