@@ -3,14 +3,15 @@ generic detector: per-layer facts with the naming detected from tensor names, MT
 
 Example::
 
-    layer_facts(3, "model.layers.3.mlp", n_routed=256, n_shared=1, moe_i=2048, shared_i=2048,
-                top_k=8, names=names, default=ExpertNaming())
+    r1 = Sizes(n_routed=256, n_shared=1, moe_i=2048, shared_i=2048, top_k=8)
+    layer_facts(3, "model.layers.3.mlp", r1, names=names, default=ExpertNaming())
     # MoeLayerFacts(layer=3, prefix="model.layers.3.mlp", ..., naming=<detected from names>)
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from checkpoint_tool.model.config_fields import ConfigView, text_config
@@ -19,15 +20,22 @@ from checkpoint_tool.model.families.spec import FamilySpec
 from checkpoint_tool.model.naming import choose_root, detect_naming
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """Expert counts and widths of a MoE layer (a table family's layers all share one)."""
+
+    n_routed: int
+    n_shared: int
+    moe_i: int
+    shared_i: int
+    top_k: int
+
+
 def layer_facts(
     layer: int,
     prefix: str,
+    sizes: Sizes,
     *,
-    n_routed: int,
-    n_shared: int,
-    moe_i: int,
-    shared_i: int,
-    top_k: int,
     names: Collection[str] | None,
     default: ExpertNaming,
     is_mtp: bool = False,
@@ -39,11 +47,11 @@ def layer_facts(
         layer=layer,
         prefix=prefix,
         is_mtp=is_mtp,
-        n_routed=n_routed,
-        n_shared=n_shared,
-        moe_intermediate_size=moe_i,
-        shared_intermediate_size=shared_i if n_shared > 0 else 0,
-        top_k=top_k,
+        n_routed=sizes.n_routed,
+        n_shared=sizes.n_shared,
+        moe_intermediate_size=sizes.moe_i,
+        shared_intermediate_size=sizes.shared_i if sizes.n_shared > 0 else 0,
+        top_k=sizes.top_k,
         has_shared_expert_gate=names is not None and gate in names,
         naming=naming,
     )
@@ -112,22 +120,11 @@ def build_facts(
     root = choose_root(spec.decoder_roots(text_config(config) is not config), names)
     block = spec.layers.block
     declared = spec.mtp.prefixes(cfg, root, n_layers, block, names)
-    top_k = cfg.opt_int(keys.top_k, 0)
+    sizes = Sizes(n_routed, n_shared, moe_i, shared_i, cfg.opt_int(keys.top_k, 0))
     notes: list[str] = []
     mtp = present_mtp_layers(declared, names, notes)
     layers = [
-        layer_facts(
-            i,
-            prefix,
-            n_routed=n_routed,
-            n_shared=n_shared,
-            moe_i=moe_i,
-            shared_i=shared_i,
-            top_k=top_k,
-            names=names,
-            default=spec.naming,
-            is_mtp=i >= n_layers,
-        )
+        layer_facts(i, prefix, sizes, names=names, default=spec.naming, is_mtp=i >= n_layers)
         for i, prefix in [(i, f"{root}.{i}.{block}") for i in moe] + mtp
     ]
     expert_dtype = cfg.get(keys.expert_dtype) if keys.expert_dtype else None
