@@ -62,6 +62,7 @@ class ConfigView:
 
     @property
     def facts(self) -> ModelFacts:
+        """The model facts (``facts.moe_layer_indices`` -> ``[1, 2, 3]``)."""
         raise NotImplementedError
 
     def layer_facts(self, layer: int) -> MoeLayerFacts:
