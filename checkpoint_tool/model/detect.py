@@ -14,6 +14,7 @@ from typing import Any
 
 from checkpoint_tool.model.facts import ModelFacts
 from checkpoint_tool.model.families import FAMILIES, family_of, generic
+from checkpoint_tool.model.families.common import build_facts
 
 
 def model_facts(
@@ -22,8 +23,8 @@ def model_facts(
     *,
     tensor_shapes: Mapping[str, tuple[int, ...]] | None = None,
 ) -> ModelFacts:
-    """Facts for a model. Known families read config.json (the tensor names, when given, only
-    decide the spelling of each layer's experts); unknown ones fall back to ``generic``, which
+    """Facts for a model. Families of the table read config.json (the tensor names, when given,
+    only decide the spelling of each layer's experts); unknown ones fall back to ``generic``, which
     infers MoE layers from the names (and ``tensor_shapes`` for sizes)."""
     names: Collection[str] | None
     if tensor_names is None or isinstance(tensor_names, (set, frozenset, dict)):
@@ -33,4 +34,4 @@ def model_facts(
     family = family_of(config)
     if family == "generic":
         return generic.build(config, names, tensor_shapes)
-    return FAMILIES[family].build(config or {}, names)
+    return build_facts(FAMILIES[family], config or {}, names)

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
+from checkpoint_tool.model.config_fields import config_parts
 from checkpoint_tool.plan.geometry import SHARED_KEY, Geometry
 
 #: quantization_config keys holding lists of module names (or patterns)
@@ -48,12 +49,12 @@ def is_exact(entry: str) -> bool:
 
 
 def _set_key(config: dict[str, Any], key: str, value: Any) -> None:
-    """Set ``key`` where config.json keeps it (top level, or ``text_config``)."""
-    text = config.get("text_config")
-    if key not in config and isinstance(text, dict) and key in text:
-        text[key] = value
-    else:
-        config[key] = value
+    """Set ``key`` in every part of config.json that has it (``config_parts``: a multimodal
+    wrapper's ``text_config``, where vLLM reads sizes, and/or the top level), so no part keeps
+    a stale size; in the part read first when none has it."""
+    parts = cast(list[dict[str, Any]], config_parts(config))  # the dicts of ``config`` itself
+    for doc in [doc for doc in parts if key in doc] or parts[:1]:
+        doc[key] = value
 
 
 def _rename_list(entries: list[Any], renames: Mapping[str, list[str]]) -> tuple[list[Any], int]:

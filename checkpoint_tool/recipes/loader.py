@@ -22,6 +22,7 @@ import yaml
 from pydantic import ValidationError
 
 from checkpoint_tool.errors import InputError, UsageError
+from checkpoint_tool.model.config_fields import config_parts
 from checkpoint_tool.recipes.schema import Recipe
 from checkpoint_tool.yamlio import safe_load
 
@@ -105,12 +106,13 @@ def _one_line(text: str) -> str:
 
 
 def _config_keys(config: dict[str, Any] | None) -> tuple[set[str], set[str]]:
-    """(model types, architectures) named by config.json, incl. a nested ``text_config``."""
+    """(model types, architectures) named by any part of config.json: a multimodal wrapper
+    names the checkpoint at its top level (``qwen3_5_moe``, ``Qwen3_5MoeForConditionalGeneration``)
+    and its language model in ``text_config`` (``qwen3_5_moe_text``); a recipe may match
+    either, so every part is read (a union: no precedence to decide)."""
     model_types: set[str] = set()
     archs: set[str] = set()
-    for doc in (config or {}, (config or {}).get("text_config") or {}):
-        if not isinstance(doc, dict):
-            continue
+    for doc in config_parts(config):
         if isinstance(doc.get("model_type"), str):
             model_types.add(doc["model_type"])
         for arch in doc.get("architectures") or []:

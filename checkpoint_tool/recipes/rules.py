@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from checkpoint_tool.model.config_fields import config_field
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 from checkpoint_tool.recipes.schema import Recipe, When
 
@@ -102,20 +103,10 @@ class Renamed:
         return self.name is not None and self.name != self.source
 
 
-def _config_value(config: dict[str, Any] | None, key: str) -> Any:
-    """``key`` in config.json (dotted keys walk into objects), else in its ``text_config``."""
-    for doc in (config, (config or {}).get("text_config")):
-        value: Any = doc
-        for part in key.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
-        if value is not None:
-            return value
-    return None
-
-
 def when_matches(when: When | None, config: dict[str, Any] | None) -> bool:
     """True when every key of ``when`` has the wanted value in config.json (a list: equal to
-    the list or any of its items; dotted keys walk into objects).
+    the list or any of its items; dotted keys walk into objects), read by ``config_field``
+    (a multimodal wrapper's ``text_config`` first, as the model facts read it).
 
     A missing key never matches, except that ``expert_dtype`` defaults to ``"fp4"`` as in
     vLLM's DeepSeek-V4 loader (``getattr(config, "expert_dtype", "fp4")``).
@@ -123,7 +114,7 @@ def when_matches(when: When | None, config: dict[str, Any] | None) -> bool:
     if not when:
         return True
     for key, wanted in when.items():
-        value = _config_value(config, key)
+        value = config_field(config, key)
         if value is None and key == "expert_dtype":
             value = "fp4"
         if value != wanted and not (isinstance(wanted, list) and value in wanted):

@@ -42,7 +42,7 @@ def dequantize_projection(proj: Projection) -> torch.Tensor:
     from checkpoint_tool.quant.codecs import get_codec
 
     w = get_codec(proj.scheme).dequantize(proj.parts)
-    expected = (proj.out_features, proj.in_features)
+    expected = proj.logical_shape
     if tuple(w.shape) != expected:
         raise InputError(f"{proj.label}: decoded shape {tuple(w.shape)} != expected {expected}")
     return w.float()
@@ -83,6 +83,14 @@ def moe_reference(
     ``input_ids`` ``[T]`` feed a hash-routed layer's table.
     """
     deq = dequantize or dequantize_projection
+
+    def expert(a: torch.Tensor, ex: ExpertWeights) -> torch.Tensor:
+        """float64 ``down(swiglu(gate(a), up(a)))`` of one expert on float32 rows ``a``."""
+        wg, wu, wd = (deq(p).double().to(a.device) for p in ex.projections())
+        a_in = _activation(a, ex.gate, w8a8)
+        h = swiglu(a_in @ wg.t(), a_in @ wu.t(), layer.swiglu_limit)
+        return _activation(h.float(), ex.down, w8a8) @ wd.t()
+
     if topk is None:
         topk = route_layer(x, layer, routing, input_ids)
     ids, weights = topk
@@ -92,11 +100,11 @@ def moe_reference(
         rows, slots = (ids == e).nonzero(as_tuple=True)
         if rows.numel() == 0:
             continue
-        y = expert_forward(x32[rows], layer.experts[e], deq, w8a8, layer.swiglu_limit)
+        y = expert(x32[rows], layer.experts[e])
         out.index_add_(0, rows, y * weights[rows, slots].double().unsqueeze(-1))
     gate = shared_weight(x, layer).double().unsqueeze(-1)
     for ex in (*layer.fused_shared, *layer.shared):
-        out += expert_forward(x32, ex, deq, w8a8, layer.swiglu_limit) * gate
+        out += expert(x32, ex) * gate
     return out.float()
 
 
@@ -130,20 +138,6 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float | None = None) -> 
         gate = gate.clamp(max=limit)
         up = up.clamp(min=-limit, max=limit)
     return torch.nn.functional.silu(gate) * up
-
-
-def expert_forward(
-    a: torch.Tensor,
-    ex: ExpertWeights,
-    deq: Dequantizer,
-    w8a8: bool | None = None,
-    swiglu_limit: float | None = None,
-) -> torch.Tensor:
-    """float64 ``down(swiglu(gate(a), up(a)))`` of one expert on float32 rows ``a``."""
-    wg, wu, wd = (deq(p).double().to(a.device) for p in ex.projections())
-    a_in = _activation(a, ex.gate, w8a8)
-    h = swiglu(a_in @ wg.t(), a_in @ wu.t(), swiglu_limit)
-    return _activation(h.float(), ex.down, w8a8) @ wd.t()
 
 
 def _activation(a: torch.Tensor, proj: Projection, w8a8: bool | None) -> torch.Tensor:

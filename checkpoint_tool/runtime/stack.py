@@ -101,12 +101,12 @@ def stack_projections(projs: Sequence[Projection], *, w8a8: bool = False) -> Sta
                 f"{p.label}: scheme {p.scheme.short()} differs from {first.label} "
                 f"({first.scheme.short()}); one grouped GEMM needs one format"
             )
-        if (p.out_features, p.in_features) != (first.out_features, first.in_features):
+        if p.logical_shape != first.logical_shape:
             raise InputError(
-                f"{p.label}: shape [{p.out_features}, {p.in_features}] differs from "
-                f"{first.label} [{first.out_features}, {first.in_features}]"
+                f"{p.label}: shape {list(p.logical_shape)} differs from "
+                f"{first.label} {list(first.logical_shape)}"
             )
-    n, k = first.out_features, first.in_features
+    n, k = first.logical_shape
     fmt = first.format
     weight = stack_tensors([p.weight for p in projs])
     if fmt is WeightFormat.UNQUANTIZED:

@@ -101,6 +101,11 @@ class Projection:
         packing = 2 if self.format in FP4_FORMATS else 1
         return int(self.weight.shape[1]) * packing
 
+    @property
+    def logical_shape(self) -> tuple[int, int]:
+        """``(out, in)`` as the model sees it: ``(256, 128)`` for FP4 stored ``[256, 64]``."""
+        return (self.out_features, self.in_features)
+
     def to(self, device: torch.device | str) -> Projection:
         parts = {role: t.to(device) for role, t in self.parts.items()}
         return Projection(parts, self.scheme, self.name)
@@ -116,15 +121,15 @@ class ExpertWeights:
 
     def __post_init__(self) -> None:
         g, u, d = self.gate, self.up, self.down
-        if (g.out_features, g.in_features) != (u.out_features, u.in_features):
+        if u.logical_shape != g.logical_shape:
             raise InputError(
-                f"{u.label}: up shape [{u.out_features}, {u.in_features}] differs from gate "
-                f"[{g.out_features}, {g.in_features}]"
+                f"{u.label}: up shape {list(u.logical_shape)} differs from gate "
+                f"{list(g.logical_shape)}"
             )
-        if (d.out_features, d.in_features) != (g.in_features, g.out_features):
+        if d.logical_shape != g.logical_shape[::-1]:
             raise InputError(
-                f"{d.label}: down shape [{d.out_features}, {d.in_features}] does not match "
-                f"gate [{g.out_features}, {g.in_features}] (expected [H, I])"
+                f"{d.label}: down shape {list(d.logical_shape)} does not match gate "
+                f"{list(g.logical_shape)} (expected [H, I])"
             )
 
     @property

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, TypedDict
 
 import torch
 
@@ -36,6 +37,9 @@ from checkpoint_tool.synth.presets import PRESETS
 from checkpoint_tool.synth.presets.base import PresetOptions, PresetSpec
 from checkpoint_tool.synth.shards import shard_name, spec_nbytes, split_balanced, split_greedy
 from checkpoint_tool.synth.sidefiles import side_files
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 INDEX_NAME = "model.safetensors.index.json"
 #: shard budget of tiny checkpoints: small enough that every preset has several shards
@@ -59,39 +63,42 @@ def get_preset(name: str) -> PresetSpec:
         ) from None
 
 
+class SizeOverrides(TypedDict, total=False):
+    """The user's sizes (``dims.OVERRIDES``) and DeepSeek-V3 ``mla`` geometry; None keeps the
+    preset's, e.g. ``{"n_routed": 4, "num_layers": 2, "mla": "quark-fixture"}``."""
+
+    num_layers: int | None
+    n_routed: int | None
+    n_shared: int | None
+    hidden: int | None
+    moe_intermediate: int | None
+    mla: str | None
+
+
+class WriteOptions(TypedDict, total=False):
+    """``write_layout``'s options besides ``sparse`` (defaults there), e.g. ``{"seed": 3}``."""
+
+    seed: int
+    shard_size: int | None
+    shards: int | None
+    overwrite: bool
+    data: str
+    progress: Progress | None
+
+
+class SynthOptions(SizeOverrides, WriteOptions, total=False):
+    """Every option of ``synth_checkpoint`` besides ``sparse`` and ``fused_experts``."""
+
+
 def resolve_dims(
-    spec: PresetSpec,
-    *,
-    sparse: bool = False,
-    num_layers: int | None = None,
-    n_routed: int | None = None,
-    n_shared: int | None = None,
-    hidden: int | None = None,
-    moe_intermediate: int | None = None,
-    mla: str | None = None,
+    spec: PresetSpec, *, sparse: bool = False, **overrides: Unpack[SizeOverrides]
 ) -> Dims:
     """The preset's tiny dims (full real sizes with ``sparse``) with the user's overrides.
 
     ``mla`` (DeepSeek-V3 tiny presets): ``"vllm"`` (the default: a geometry vLLM loads) or
     ``"quark-fixture"`` (the MLA sizes of the Quark producer fixtures)."""
-    for label, value, low in (
-        ("--layers", num_layers, 1),
-        ("--experts", n_routed, 1),
-        ("--shared-experts", n_shared, 0),
-        ("--hidden", hidden, 32),
-        ("--moe-intermediate", moe_intermediate, 1),
-    ):
-        if value is not None and value < low:
-            raise UsageError(f"{label} {value}: must be at least {low}")
-    base = spec.full if sparse else spec.tiny
-    dims = with_overrides(
-        base,
-        num_layers=num_layers,
-        n_routed=n_routed,
-        n_shared=n_shared,
-        hidden=hidden,
-        moe_intermediate=moe_intermediate,
-    )
+    mla = overrides.pop("mla", None)
+    dims = with_overrides(spec.full if sparse else spec.tiny, **overrides)
     if mla is not None:
         if mla not in MLA_GEOMETRIES:
             raise UsageError(f"mla {mla!r}: choose one of {sorted(MLA_GEOMETRIES)}")
@@ -110,7 +117,7 @@ def build_layout(
     *,
     sparse: bool = False,
     fused_experts: bool = False,
-    **overrides: int | str | None,
+    **overrides: Unpack[SizeOverrides],
 ) -> SynthLayout:
     """The layout (config + tensor specs) a call to ``synth_checkpoint`` would write."""
     spec = get_preset(preset)
@@ -129,22 +136,12 @@ def synth_checkpoint(
     preset: str,
     dst: Path,
     *,
-    seed: int = 0,
-    num_layers: int | None = None,
-    n_routed: int | None = None,
-    n_shared: int | None = None,
-    hidden: int | None = None,
-    moe_intermediate: int | None = None,
-    mla: str | None = None,
-    shard_size: int | None = None,
-    shards: int | None = None,
     sparse: bool = False,
     fused_experts: bool = False,
-    overwrite: bool = False,
-    data: str = "quantize",
-    progress: Progress | None = None,
+    **options: Unpack[SynthOptions],
 ) -> Path:
-    """Write checkpoint ``preset`` into folder ``dst`` and return ``dst``.
+    """Write checkpoint ``preset`` into folder ``dst`` and return ``dst``: ``build_layout`` with
+    the size overrides among ``options``, then ``write_layout`` with the others.
 
     ``shard_size`` (bytes) splits greedily; ``shards`` splits into that many shards balanced
     by bytes; neither: full-size layouts use the real shard count, tiny ones 1 MiB shards
@@ -152,28 +149,9 @@ def synth_checkpoint(
     ``data="codes"`` draws valid storage codes directly instead of quantizing floats (fast,
     for large benchmark checkpoints; see ``synth.data.DATA_MODES``).
     """
-    layout = build_layout(
-        preset,
-        sparse=sparse,
-        fused_experts=fused_experts,
-        num_layers=num_layers,
-        n_routed=n_routed,
-        n_shared=n_shared,
-        hidden=hidden,
-        moe_intermediate=moe_intermediate,
-        mla=mla,
-    )
-    write_layout(
-        layout,
-        Path(dst),
-        seed=seed,
-        shard_size=shard_size,
-        shards=shards,
-        sparse=sparse,
-        overwrite=overwrite,
-        data=data,
-        progress=progress,
-    )
+    sizes = {k: options.pop(k) for k in list(options) if k in SizeOverrides.__optional_keys__}
+    layout = build_layout(preset, sparse=sparse, fused_experts=fused_experts, **sizes)
+    write_layout(layout, Path(dst), sparse=sparse, **options)
     return Path(dst)
 
 
@@ -198,66 +176,60 @@ def write_layout(
     data: str = "quantize",
     progress: Progress | None = None,
 ) -> WriteSummary:
-    """Write a built layout into ``dst`` (see ``synth_checkpoint`` for the options).
+    """Write a built layout into ``dst`` (see ``synth_checkpoint`` for the options)."""
+    with _one_torch_thread():
+        gen = DataGenerator(seed, mode=data)
+        groups = _split(layout, shard_size=shard_size, shards=shards, sparse=sparse)
+        dst = Path(dst)
+        _prepare_dst(dst, overwrite)
+        total = sum(spec_nbytes(s) for s in layout.tensors)
+        weight_map: dict[str, str] = {}
+        file_bytes = 0
+        done = 0
+        n = len(groups)
+        for k, group in enumerate(groups, start=1):
+            name = shard_name(k, n, max(5, layout.shard_digits_total))
+            ordered = sorted(group, key=lambda s: s.name)
+            path = dst / name
+            if sparse:
+                _write_sparse(path, ordered)
+                done += sum(spec_nbytes(s) for s in group)
+                if progress:
+                    progress(done, total, name)
+            else:
+                with SafetensorsWriter(
+                    path, [(s.name, s.dtype, tuple(s.shape)) for s in ordered], SHARD_METADATA
+                ) as writer:
+                    for s in ordered:
+                        writer.write(s.name, gen.tensor_bytes(s))
+                        done += spec_nbytes(s)
+                        if progress:
+                            progress(done, total, name)
+            file_bytes += path.stat().st_size
+            for s in group:
+                weight_map[s.name] = name
+        total_size = file_bytes if layout.index_total_size == "files" else total
+        index = {
+            "metadata": {"total_size": total_size},
+            "weight_map": dict(sorted(weight_map.items())),
+        }
+        _write_json(dst / INDEX_NAME, index)
+        _write_json(dst / "config.json", layout.config)
+        for fname, content in {**layout.extra_files, **side_files(layout.family)}.items():
+            _write_json(dst / fname, content)
+        return WriteSummary(dst, n, len(layout.tensors), total)
 
-    Runs torch on one thread: synth tensors are small, and on a shared machine intra-op
-    threads cost more than they give (3-4x slower with two threads on two busy cores).
-    """
+
+@contextmanager
+def _one_torch_thread() -> Iterator[None]:
+    """Run torch on one thread: synth tensors are small, and on a shared machine intra-op
+    threads cost more than they give (3-4x slower with two threads on two busy cores)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        gen = DataGenerator(seed, mode=data)
-        return _write_layout(layout, dst, gen, shard_size, shards, sparse, overwrite, progress)
+        yield
     finally:
         torch.set_num_threads(threads)
-
-
-def _write_layout(
-    layout: SynthLayout,
-    dst: Path,
-    gen: DataGenerator,
-    shard_size: int | None,
-    shards: int | None,
-    sparse: bool,
-    overwrite: bool,
-    progress: Progress | None,
-) -> WriteSummary:
-    groups = _split(layout, shard_size=shard_size, shards=shards, sparse=sparse)
-    dst = Path(dst)
-    _prepare_dst(dst, overwrite)
-    total = sum(spec_nbytes(s) for s in layout.tensors)
-    weight_map: dict[str, str] = {}
-    file_bytes = 0
-    done = 0
-    n = len(groups)
-    for k, group in enumerate(groups, start=1):
-        name = shard_name(k, n, max(5, layout.shard_digits_total))
-        ordered = sorted(group, key=lambda s: s.name)
-        path = dst / name
-        if sparse:
-            _write_sparse(path, ordered)
-            done += sum(spec_nbytes(s) for s in group)
-            if progress:
-                progress(done, total, name)
-        else:
-            with SafetensorsWriter(
-                path, [(s.name, s.dtype, tuple(s.shape)) for s in ordered], SHARD_METADATA
-            ) as writer:
-                for s in ordered:
-                    writer.write(s.name, gen.tensor_bytes(s))
-                    done += spec_nbytes(s)
-                    if progress:
-                        progress(done, total, name)
-        file_bytes += path.stat().st_size
-        for s in group:
-            weight_map[s.name] = name
-    total_size = file_bytes if layout.index_total_size == "files" else total
-    index = {"metadata": {"total_size": total_size}, "weight_map": dict(sorted(weight_map.items()))}
-    _write_json(dst / INDEX_NAME, index)
-    _write_json(dst / "config.json", layout.config)
-    for fname, content in {**layout.extra_files, **side_files(layout.family)}.items():
-        _write_json(dst / fname, content)
-    return WriteSummary(dst, n, len(layout.tensors), total)
 
 
 def _split(

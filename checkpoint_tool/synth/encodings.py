@@ -88,114 +88,65 @@ class Encoding:
 #: (encoding key, out, in) -> storage parts; layouts repeat a few shapes many thousand times
 _PARTS_CACHE: dict[tuple[str, int, int], tuple[tuple[str, str, tuple, str], ...]] = {}
 
-_W_BF16 = Part("weight", "weight", "BF16", "full")
-_W_FP8 = Part("weight", "weight", "F8_E4M3", "full")
-_W_FP4_U8 = Part("weight", "weight", "U8", "packed")
-_W_FP4_I8 = Part("weight", "weight", "I8", "packed")
+# One row per encoding: the weight's dtype, its scale (suffix, dtype, shape) and its activation
+# scale (suffix:dtype, a scalar). The rest follows from the format and the scale's shape: FP4
+# weights are packed two per byte; NVFP4 adds the F32 per-tensor ``weight_scale_2`` and shares
+# it between gate and up; ``block:N`` scales make an N x N block; ``group:N`` scales a group of
+# N and an input dim in whole groups. Notes:
+# - deepseek_fp8_block: DeepSeek-V3/R1 native, block scales are multipliers despite the _inv name;
+# - deepseek_fp8_tensor: quant_method fp8 without weight_block_size (vLLM Fp8Config names);
+# - deepseek_v4_*: FP8 block linears with ue8m0 (F8_E8M0) block scales in ``.scale``; FP4
+#   experts as E2M1 pairs packed in I8 with an E8M0 scale per 32; DeepSeek-V4.1 engram tables
+#   as FP8 rows with an E8M0 scale per 32 columns.
+_TABLE = """
+key                   format          weight  scale            dtype   shape     input_scale
+bf16                  UNQUANTIZED     BF16    .                .       .         .
+deepseek_fp8_block    FP8_BLOCK       F8_E4M3 weight_scale_inv F32     block:128 .
+deepseek_fp8_tensor   FP8_PER_TENSOR  F8_E4M3 weight_scale     F32     scalar    .
+quark_fp8_block       FP8_BLOCK       F8_E4M3 weight_scale     F32     block:128 .
+quark_fp8_tensor      FP8_PER_TENSOR  F8_E4M3 weight_scale     BF16    scalar    input_scale:BF16
+quark_fp8_channel     FP8_PER_CHANNEL F8_E4M3 weight_scale     BF16    rows      .
+quark_mxfp4           MXFP4           U8      weight_scale     U8      group:32  .
+quark_nvfp4           NVFP4           U8      weight_scale     F8_E4M3 group:16  input_scale_2:F32
+modelopt_nvfp4        NVFP4           U8      weight_scale     F8_E4M3 group:16  input_scale:F32
+deepseek_v4_fp8_block FP8_BLOCK       F8_E4M3 scale            F8_E8M0 block:128 .
+deepseek_v4_mxfp4     MXFP4           I8      scale            F8_E8M0 group:32  .
+deepseek_v4_engram    MXFP8           F8_E4M3 scale            F8_E8M0 group:32  .
+"""
+#: formats whose weights store two E2M1 codes per byte
+_PACKED = (WeightFormat.MXFP4, WeightFormat.NVFP4)
+
+
+def _encoding(
+    key: str, fmt: str, weight: str, scale: str, dtype: str, shape: str, act: str
+) -> Encoding:
+    """One ``_TABLE`` row as an ``Encoding`` ("." for an absent cell).
+
+    ``_encoding("quark_mxfp4", "MXFP4", "U8", "weight_scale", "U8", "group:32", ".")``
+    -> packed U8 weight, U8 scale per 32, ``group_size=32``, ``in_multiple=32``.
+    """
+    weight_format = WeightFormat[fmt]
+    parts = [Part("weight", "weight", weight, "packed" if weight_format in _PACKED else "full")]
+    kind, _, n = shape.partition(":")
+    if scale != ".":
+        parts.append(Part("scale", scale, dtype, shape))
+    if weight_format is WeightFormat.NVFP4:
+        parts.append(Part("global_scale", "weight_scale_2", "F32", "scalar"))
+    if act != ".":
+        suffix, act_dtype = act.split(":")
+        parts.append(Part("input_scale", suffix, act_dtype, "scalar"))
+    return Encoding(
+        key,
+        weight_format,
+        tuple(parts),
+        block=(int(n), int(n)) if kind == "block" else None,
+        group_size=int(n) if kind == "group" else None,
+        scale_dtype=None if dtype == "." else dtype,
+        in_multiple=int(n) if kind == "group" else 1,
+        group_quant=weight_format is WeightFormat.NVFP4,
+    )
+
 
 ENCODINGS: dict[str, Encoding] = {
-    e.key: e
-    for e in (
-        Encoding("bf16", WeightFormat.UNQUANTIZED, (_W_BF16,)),
-        # DeepSeek-V3/R1 native: block scales are multipliers despite the _inv name
-        Encoding(
-            "deepseek_fp8_block",
-            WeightFormat.FP8_BLOCK,
-            (_W_FP8, Part("scale", "weight_scale_inv", "F32", "block:128")),
-            block=(128, 128),
-            scale_dtype="F32",
-        ),
-        # quant_method fp8 without weight_block_size: vLLM Fp8Config per-tensor names
-        Encoding(
-            "deepseek_fp8_tensor",
-            WeightFormat.FP8_PER_TENSOR,
-            (_W_FP8, Part("scale", "weight_scale", "F32", "scalar")),
-            scale_dtype="F32",
-        ),
-        Encoding(
-            "quark_fp8_block",
-            WeightFormat.FP8_BLOCK,
-            (_W_FP8, Part("scale", "weight_scale", "F32", "block:128")),
-            block=(128, 128),
-            scale_dtype="F32",
-        ),
-        Encoding(
-            "quark_fp8_tensor",
-            WeightFormat.FP8_PER_TENSOR,
-            (
-                _W_FP8,
-                Part("scale", "weight_scale", "BF16", "scalar"),
-                Part("input_scale", "input_scale", "BF16", "scalar"),
-            ),
-            scale_dtype="BF16",
-        ),
-        Encoding(
-            "quark_fp8_channel",
-            WeightFormat.FP8_PER_CHANNEL,
-            (_W_FP8, Part("scale", "weight_scale", "BF16", "rows")),
-            scale_dtype="BF16",
-        ),
-        Encoding(
-            "quark_mxfp4",
-            WeightFormat.MXFP4,
-            (_W_FP4_U8, Part("scale", "weight_scale", "U8", "group:32")),
-            group_size=32,
-            scale_dtype="U8",
-            in_multiple=32,
-        ),
-        Encoding(
-            "quark_nvfp4",
-            WeightFormat.NVFP4,
-            (
-                _W_FP4_U8,
-                Part("scale", "weight_scale", "F8_E4M3", "group:16"),
-                Part("global_scale", "weight_scale_2", "F32", "scalar"),
-                Part("input_scale", "input_scale_2", "F32", "scalar"),
-            ),
-            group_size=16,
-            scale_dtype="F8_E4M3",
-            in_multiple=16,
-            group_quant=True,
-        ),
-        Encoding(
-            "modelopt_nvfp4",
-            WeightFormat.NVFP4,
-            (
-                _W_FP4_U8,
-                Part("scale", "weight_scale", "F8_E4M3", "group:16"),
-                Part("global_scale", "weight_scale_2", "F32", "scalar"),
-                Part("input_scale", "input_scale", "F32", "scalar"),
-            ),
-            group_size=16,
-            scale_dtype="F8_E4M3",
-            in_multiple=16,
-            group_quant=True,
-        ),
-        # DeepSeek-V4: FP8 block linears with ue8m0 (F8_E8M0) block scales in `.scale`
-        Encoding(
-            "deepseek_v4_fp8_block",
-            WeightFormat.FP8_BLOCK,
-            (_W_FP8, Part("scale", "scale", "F8_E8M0", "block:128")),
-            block=(128, 128),
-            scale_dtype="F8_E8M0",
-        ),
-        # DeepSeek-V4 FP4 experts: E2M1 pairs packed in I8, E8M0 scale per 32 in `.scale`
-        Encoding(
-            "deepseek_v4_mxfp4",
-            WeightFormat.MXFP4,
-            (_W_FP4_I8, Part("scale", "scale", "F8_E8M0", "group:32")),
-            group_size=32,
-            scale_dtype="F8_E8M0",
-            in_multiple=32,
-        ),
-        # DeepSeek-V4.1 engram tables: FP8 rows, E8M0 scale per 32 columns
-        Encoding(
-            "deepseek_v4_engram",
-            WeightFormat.MXFP8,
-            (_W_FP8, Part("scale", "scale", "F8_E8M0", "group:32")),
-            group_size=32,
-            scale_dtype="F8_E8M0",
-            in_multiple=32,
-        ),
-    )
+    row[0]: _encoding(*row) for row in (line.split() for line in _TABLE.strip().splitlines()[1:])
 }

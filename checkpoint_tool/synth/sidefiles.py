@@ -13,37 +13,29 @@ _DEEPSEEK_TOKENS = {
 }
 
 
+def _added_token(content: str) -> dict:
+    """A special token as DeepSeek's tokenizer_config.json spells it, e.g. ``{"__type":
+    "AddedToken", "content": "<｜end▁of▁sentence｜>", "lstrip": False, ...}``."""
+    return {
+        "__type": "AddedToken",
+        "content": content,
+        "lstrip": False,
+        "normalized": True,
+        "rstrip": False,
+        "single_word": False,
+    }
+
+
 def _deepseek(temperature: float) -> dict[str, dict]:
     tok = {
         "add_bos_token": True,
         "add_eos_token": False,
-        "bos_token": {
-            "__type": "AddedToken",
-            "content": _DEEPSEEK_TOKENS["bos_token"],
-            "lstrip": False,
-            "normalized": True,
-            "rstrip": False,
-            "single_word": False,
-        },
+        "bos_token": _added_token(_DEEPSEEK_TOKENS["bos_token"]),
         "clean_up_tokenization_spaces": False,
-        "eos_token": {
-            "__type": "AddedToken",
-            "content": _DEEPSEEK_TOKENS["eos_token"],
-            "lstrip": False,
-            "normalized": True,
-            "rstrip": False,
-            "single_word": False,
-        },
+        "eos_token": _added_token(_DEEPSEEK_TOKENS["eos_token"]),
         "legacy": True,
         "model_max_length": 131072,
-        "pad_token": {
-            "__type": "AddedToken",
-            "content": _DEEPSEEK_TOKENS["eos_token"],
-            "lstrip": False,
-            "normalized": True,
-            "rstrip": False,
-            "single_word": False,
-        },
+        "pad_token": _added_token(_DEEPSEEK_TOKENS["eos_token"]),
         "sp_model_kwargs": {},
         "unk_token": None,
         "tokenizer_class": "LlamaTokenizerFast",

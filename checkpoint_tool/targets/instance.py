@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from checkpoint_tool.model.config_fields import ALIASES
+from checkpoint_tool.model.config_fields import merged_config
 from checkpoint_tool.targets.exprs import evaluate, evaluate_int
 from checkpoint_tool.targets.spec import ModuleSpec, TargetSpec
 
@@ -112,20 +112,11 @@ class ModelInstance:
 
 
 def config_names(spec: TargetSpec, config: Mapping[str, Any]) -> dict[str, Any]:
-    """Names expressions may read: the spec's defaults overridden by config.json (a field
-    spelled by its transformers alias, e.g. ``num_local_experts``, also under its own name)."""
-    names = dict(spec.config_defaults)
-    text = config.get("text_config")
-    if isinstance(text, Mapping):
-        names.update(text)
-    names.update({k: v for k, v in config.items() if k != "text_config"})
-    for key, aliases in ALIASES.items():
-        if names.get(key) is None:
-            for alias in aliases:
-                if names.get(alias) is not None:
-                    names[key] = names[alias]
-                    break
-    return names
+    """Names expressions may read: the spec's defaults overridden by config.json, flattened by
+    ``merged_config`` (a multimodal wrapper's ``text_config`` wins over its top level, as
+    vLLM's ``hf_text_config`` does); a field spelled by its transformers alias, e.g.
+    ``num_local_experts``, is also there under its own name."""
+    return {**spec.config_defaults, **merged_config(config)}
 
 
 def _fill(template: str, layer: int | None) -> str:

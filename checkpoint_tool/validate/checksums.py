@@ -59,6 +59,12 @@ def load_manifest(path: Path):
         raise CkptError(f"{path}: not a readable ckpt manifest ({first})") from exc
 
 
+def _finding(file: str, message: str, severity: str = "error") -> Issue:
+    """A ``checksums`` finding about ``file``, e.g. ``_finding("config.json", "listed in the
+    manifest but missing; ...")``."""
+    return Issue(severity=severity, rule="checksums", file=file, message=message)
+
+
 def check_checksums(ctx: ValidationContext) -> list[Issue]:
     """Every file the manifest lists exists with its recorded size and sha256."""
     try:
@@ -79,7 +85,7 @@ def check_checksums(ctx: ValidationContext) -> list[Issue]:
     try:
         manifest = load_manifest(path)
     except CkptError as exc:
-        return [Issue(severity="error", rule="checksums", file=shown, message=exc.message)]
+        return [_finding(shown, exc.message)]
     out: list[Issue] = []
     listed = [*manifest.files, *manifest.other_files]
     for rec in sorted(listed, key=lambda r: r.name):
@@ -90,20 +96,16 @@ def check_checksums(ctx: ValidationContext) -> list[Issue]:
             continue
         if p.suffix == ".safetensors":
             out.append(
-                Issue(
-                    severity="error",
-                    rule="checksums",
-                    file=p.name,
-                    message="shard is not listed in the manifest; it was added after conversion",
+                _finding(
+                    p.name, "shard is not listed in the manifest; it was added after conversion"
                 )
             )
         elif p.suffix in LOAD_RELEVANT:
             out.append(
-                Issue(
+                _finding(
+                    p.name,
+                    "file is not covered by the manifest (added after conversion?)",
                     severity="warning",
-                    rule="checksums",
-                    file=p.name,
-                    message="file is not covered by the manifest (added after conversion?)",
                 )
             )
     return out
@@ -115,42 +117,32 @@ def _check_record(ctx: ValidationContext, rec) -> list[Issue]:
     rel = safe_relative(rec.name)
     if rel is None:
         return [
-            Issue(
-                severity="error",
-                rule="checksums",
-                file=str(rec.name),
-                message="manifest entry points outside the checkpoint folder; refusing it",
+            _finding(
+                str(rec.name), "manifest entry points outside the checkpoint folder; refusing it"
             )
         ]
     path = ctx.root / rel
     if not path.is_file():
         return [
-            Issue(
-                severity="error",
-                rule="checksums",
-                file=rel,
-                message="listed in the manifest but missing; copy it back or re-run the conversion",
+            _finding(
+                rel, "listed in the manifest but missing; copy it back or re-run the conversion"
             )
         ]
     size = path.stat().st_size
     if size != rec.size:
         return [
-            Issue(
-                severity="error",
-                rule="checksums",
-                file=rel,
-                message=f"size {size} differs from the manifest's {rec.size}; the file changed "
+            _finding(
+                rel,
+                f"size {size} differs from the manifest's {rec.size}; the file changed "
                 "or is incomplete: re-run the conversion or re-download it",
             )
         ]
     digest = sha256_file(path)
     if digest != rec.sha256:
         return [
-            Issue(
-                severity="error",
-                rule="checksums",
-                file=rel,
-                message=f"sha256 {digest[:16]}... differs from the manifest's {rec.sha256[:16]}...; "
+            _finding(
+                rel,
+                f"sha256 {digest[:16]}... differs from the manifest's {rec.sha256[:16]}...; "
                 "the file changed after conversion: re-run the conversion or re-download it",
             )
         ]

@@ -287,6 +287,11 @@ def check_scales_present(ctx: ValidationContext) -> list[Issue]:
     return relayed(ctx, "scales_present")
 
 
+def _unexplained(ctx: ValidationContext, name: str, message: str) -> Issue:
+    """A ``tensors_explained`` error about tensor ``name``, filed under the shard holding it."""
+    return _err("tensors_explained", message, tensor=name, file=_file(ctx, name))
+
+
 def check_tensors_explained(ctx: ValidationContext) -> list[Issue]:
     """No tensor config.json cannot explain: extra layers or experts, orphan or stray scales."""
     _skip_sharded(ctx)
@@ -299,11 +304,10 @@ def check_tensors_explained(ctx: ValidationContext) -> list[Issue]:
         m = pattern.search(name)
         if m and not name.startswith("mtp.") and int(m.group(1)) >= n_layers:
             out.append(
-                _err(
-                    "tensors_explained",
+                _unexplained(
+                    ctx,
+                    name,
                     f"layer {m.group(1)} is beyond the {n_layers} layers config.json declares",
-                    tensor=name,
-                    file=_file(ctx, name),
                 )
             )
     out.extend(_extra_experts(ctx, facts, names, pattern))
@@ -331,11 +335,10 @@ def _extra_experts(
             if pattern.search(name) and (prefix, -1) not in reported:
                 reported.add((prefix, -1))
                 out.append(
-                    _err(
-                        "tensors_explained",
+                    _unexplained(
+                        ctx,
+                        name,
                         f"experts under {prefix}, which config.json does not make a MoE layer",
-                        tensor=name,
-                        file=_file(ctx, name),
                     )
                 )
             continue
@@ -346,12 +349,11 @@ def _extra_experts(
         if e >= limit and (prefix, e) not in reported:
             reported.add((prefix, e))
             out.append(
-                _err(
-                    "tensors_explained",
+                _unexplained(
+                    ctx,
+                    name,
                     f"expert {e} is beyond layer {layer.layer}'s {n_routed} routed experts "
                     f"(+{limit - n_routed} fused shared slots) in config.json",
-                    tensor=name,
-                    file=_file(ctx, name),
                 )
             )
     return out

@@ -26,6 +26,7 @@ import numpy as np
 
 from checkpoint_tool.catalog.catalog import Catalog, TensorEntry
 from checkpoint_tool.catalog.reader import entry_storage_shape
+from checkpoint_tool.quant.roles import SCALE_ROLES
 from checkpoint_tool.report import Issue
 from checkpoint_tool.validate.context import Unavailable, ValidationContext
 
@@ -40,7 +41,6 @@ NUMPY_FLOAT: dict[str, np.dtype] = {
 }
 FLOAT_DTYPES = tuple(NUMPY_FLOAT)
 FP8_DTYPES = ("F8_E4M3", "F8_E5M2")
-SCALE_ROLES = ("scale", "global_scale", "input_scale")
 
 
 @dataclass

@@ -12,6 +12,8 @@ Example finding::
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from checkpoint_tool.catalog.catalog import INDEX_NAME
 from checkpoint_tool.report import Issue
 from checkpoint_tool.validate.context import Unavailable, ValidationContext
@@ -28,6 +30,35 @@ def _need_index(ctx: ValidationContext) -> None:
         raise Unavailable(f"no {INDEX_NAME} (a folder of shards without an index)")
 
 
+def _need_readable_index(ctx: ValidationContext) -> None:
+    """``_need_index``, and the index parsed: the rules that compare against its entries."""
+    _need_index(ctx)
+    if not ctx.uses_index:
+        raise Unavailable("the index is unreadable (see index_valid)")
+
+
+def _index_problems(ctx: ValidationContext, rule: str) -> list[Issue]:
+    """The index entries ``validate.context`` found faulty under ``rule``, as errors."""
+    _need_index(ctx)
+    return [
+        _err(rule, p.message, file=INDEX_NAME, tensor=p.tensor)
+        for p in ctx.index_problems
+        if p.rule == rule
+    ]
+
+
+def _holders(ctx: ValidationContext, *, per_rank: bool = False) -> dict[tuple[str, str], list[str]]:
+    """(rank, tensor) -> the counted shards that hold it, e.g. ``{("", "lm_head.weight"):
+    ["model-00002-of-00002.safetensors"]}``. With ``per_rank`` (vLLM sharded state, where every
+    rank holds the same names) the rank is the file name before ``-part-``, else ""."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for rel in ctx.counted_files:
+        rank = rel.rsplit("-part-", 1)[0] if per_rank else ""
+        for name in ctx.scans[rel].names:
+            out.setdefault((rank, name), []).append(rel)
+    return out
+
+
 def check_index_valid(ctx: ValidationContext) -> list[Issue]:
     """The index is JSON with a non-empty ``weight_map`` of tensor -> file name."""
     _need_index(ctx)
@@ -39,21 +70,12 @@ def check_index_valid(ctx: ValidationContext) -> list[Issue]:
                 file=INDEX_NAME,
             )
         ]
-    return [
-        _err("index_valid", p.message, file=INDEX_NAME, tensor=p.tensor)
-        for p in ctx.index_problems
-        if p.rule == "index_valid"
-    ]
+    return _index_problems(ctx, "index_valid")
 
 
 def check_index_paths(ctx: ValidationContext) -> list[Issue]:
     """Every index entry is a relative path inside the checkpoint folder (no traversal)."""
-    _need_index(ctx)
-    return [
-        _err("index_paths", p.message, file=INDEX_NAME, tensor=p.tensor)
-        for p in ctx.index_problems
-        if p.rule == "index_paths"
-    ]
+    return _index_problems(ctx, "index_paths")
 
 
 def check_shard_missing(ctx: ValidationContext) -> list[Issue]:
@@ -76,9 +98,7 @@ def check_shard_missing(ctx: ValidationContext) -> list[Issue]:
 
 def check_shard_unreferenced(ctx: ValidationContext) -> list[Issue]:
     """No ``*.safetensors`` file beside the index that the index does not reference."""
-    _need_index(ctx)
-    if not ctx.uses_index:
-        raise Unavailable("the index is unreadable (see index_valid)")
+    _need_readable_index(ctx)
     out = []
     counted = set(ctx.counted_files)
     claimed = {n for rel in counted for n in ctx.scans[rel].names}
@@ -96,6 +116,21 @@ def check_shard_unreferenced(ctx: ValidationContext) -> list[Issue]:
                 file=rel,
             )
         )
+    return out
+
+
+def _at_first_holder(
+    rule: str,
+    holders: dict[tuple[str, str], list[str]],
+    message_of: Callable[[str, list[str]], str | None],
+) -> list[Issue]:
+    """One ``rule`` error per held tensor that ``message_of(name, files)`` has a message for,
+    in name order, filed under the first shard that holds it (``_holders``' order)."""
+    out = []
+    for (_, name), files in sorted(holders.items()):
+        message = message_of(name, files)
+        if message is not None:
+            out.append(_err(rule, message, file=files[0], tensor=name))
     return out
 
 
@@ -123,38 +158,27 @@ def check_tensor_duplicate(ctx: ValidationContext) -> list[Issue]:
     out = _scan_problems(ctx, "tensor_duplicate")
     # vLLM sharded state: every rank holds the same parameter names; duplicates count per rank
     # (``model-rank-1-part-0`` and ``model-rank-1-part-1`` share the rank ``model-rank-1``)
-    sharded = ctx.is_sharded_state
-    where: dict[tuple[str, str], list[str]] = {}
-    for rel in ctx.counted_files:
-        rank = rel.rsplit("-part-", 1)[0] if sharded else ""
-        for name in ctx.scans[rel].names:
-            where.setdefault((rank, name), []).append(rel)
-    for (_, name), files in sorted(where.items()):
-        if len(files) > 1:
-            kept = ctx.weight_map.get(name)
-            note = f"; the index maps it to {kept}" if kept else ""
-            out.append(
-                _err(
-                    "tensor_duplicate",
-                    f"tensor is stored in {len(files)} shards ({', '.join(files)}){note}; "
-                    "which copy a loader uses is undefined: remove the stale copy",
-                    file=files[0],
-                    tensor=name,
-                )
-            )
-    return out
+    holders = _holders(ctx, per_rank=ctx.is_sharded_state)
+
+    def duplicated(name: str, files: list[str]) -> str | None:
+        if len(files) < 2:
+            return None
+        kept = ctx.weight_map.get(name)
+        note = f"; the index maps it to {kept}" if kept else ""
+        return (
+            f"tensor is stored in {len(files)} shards ({', '.join(files)}){note}; "
+            "which copy a loader uses is undefined: remove the stale copy"
+        )
+
+    return out + _at_first_holder("tensor_duplicate", holders, duplicated)
 
 
 def check_index_tensors(ctx: ValidationContext) -> list[Issue]:
     """Index and shards agree tensor by tensor: listed ones exist where listed, none unlisted."""
-    _need_index(ctx)
-    if not ctx.uses_index:
-        raise Unavailable("the index is unreadable (see index_valid)")
+    _need_readable_index(ctx)
     out = []
-    holders: dict[str, list[str]] = {}
-    for rel in ctx.counted_files:
-        for name in ctx.scans[rel].names:
-            holders.setdefault(name, []).append(rel)
+    held = _holders(ctx)
+    holders = {name: files for (_, name), files in held.items()}
     lost = set(ctx.lost_files)
     for name, rel in sorted(ctx.weight_map.items()):
         if rel in lost:
@@ -173,25 +197,18 @@ def check_index_tensors(ctx: ValidationContext) -> list[Issue]:
             )
         )
     bad_entries = {p.tensor for p in ctx.index_problems}  # reported by index_valid / index_paths
-    for name, files in sorted(holders.items()):
-        if name not in ctx.weight_map and name not in bad_entries:
-            out.append(
-                _err(
-                    "index_tensors",
-                    f"tensor is stored in the shard but not listed in {INDEX_NAME}; "
-                    "regenerate the index",
-                    file=files[0],
-                    tensor=name,
-                )
-            )
-    return out
+
+    def unlisted(name: str, files: list[str]) -> str | None:
+        if name in ctx.weight_map or name in bad_entries:
+            return None
+        return f"tensor is stored in the shard but not listed in {INDEX_NAME}; regenerate the index"
+
+    return out + _at_first_holder("index_tensors", held, unlisted)
 
 
 def check_total_size(ctx: ValidationContext) -> list[Issue]:
     """``metadata.total_size`` equals the sum of tensor bytes (file-size sums only warn)."""
-    _need_index(ctx)
-    if not ctx.uses_index:
-        raise Unavailable("the index is unreadable (see index_valid)")
+    _need_readable_index(ctx)
     if ctx.lost_files:
         raise Unavailable(
             f"{len(ctx.lost_files)} referenced shard(s) are missing or unreadable; the sum "

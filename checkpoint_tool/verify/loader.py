@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
@@ -40,30 +40,25 @@ from checkpoint_tool.catalog.catalog import Catalog, open_catalog
 from checkpoint_tool.catalog.reader import read_rows, read_tensor
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.model import ModelFacts, MoeLayerFacts, model_facts
-from checkpoint_tool.model.config_fields import text_config
-from checkpoint_tool.quant.resolve import load_quant_config, resolve_tensor, split_tensor_name
+from checkpoint_tool.quant.resolve import resolve_tensor, split_tensor_name
+from checkpoint_tool.quant.roles import suffixes_of
 from checkpoint_tool.quant.scheme import Scheme
-from checkpoint_tool.runtime.routing import RoutingConfig
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
+from checkpoint_tool.verify.view import (
+    ConfigView,
+    Router,
+    engine_w13_global_scale,
+    split_gate_up,
+)
 
 Semantics = Literal["vllm", "producer"]
-#: parameter suffix -> runtime role (CODEC_API roles)
-_SCALE_SUFFIXES = ("weight_scale", "weight_scale_inv", "scale")
-_GLOBAL_SUFFIXES = ("weight_scale_2",)
-_BIAS_NAMES = ("e_score_correction_bias", "bias")
+#: the fallback names of a weight's scale and global scale (``quant.roles``)
+_SCALE_SUFFIXES = suffixes_of("scale")
+_GLOBAL_SUFFIXES = suffixes_of("global_scale")
+#: router bias names, DeepSeek's ``e_score_correction_bias`` before a plain ``bias``
+_BIAS_NAMES = sorted(suffixes_of("bias"), key=lambda s: s != "e_score_correction_bias")
 #: DeepSeek-V4 hash-routed layers: ``ffn.gate.tid2eid`` [vocab, top_k] (vLLM ``DeepseekV4MoE``)
 _HASH_TABLE = "tid2eid"
-
-
-@dataclass(frozen=True)
-class Router:
-    """A layer's router: float32 weight ``[n_routed, H]``, optional correction bias ``[n_routed]``,
-    Qwen shared-expert gate ``[1, H]`` and DeepSeek-V4 hash table ``[vocab, top_k]`` (int64)."""
-
-    weight: torch.Tensor
-    bias: torch.Tensor | None = None
-    shared_gate: torch.Tensor | None = None
-    hash_table: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -76,24 +71,20 @@ class LoadedLayer:
     fused_slots: list[int] = field(default_factory=list)
 
 
-class CheckpointView:
+class CheckpointView(ConfigView):
     """A checkpoint read like an engine reads it: facts from config.json, schemes from its
     quantization config, tensors by name (see the module docstring)."""
-
-    #: layers are whole (the runtime slices them per TP rank); ``ShardedView`` holds rank slices
-    presliced = False
 
     def __init__(self, catalog: Catalog, *, semantics: Semantics = "vllm") -> None:
         self.catalog = catalog
         self.semantics = semantics
-        self.config: dict[str, Any] = catalog.config or {}
         if not catalog.config:
             raise InputError(f"{catalog.root}: no config.json; verify needs the model config")
-        self.text_config = text_config(self.config)
-        self.qconfig = load_quant_config(
-            self.config, catalog.hf_quant_config, where=str(catalog.root / "config.json")
+        super().__init__(
+            catalog.config,
+            where=str(catalog.root / "config.json"),
+            hf_quant_config=catalog.hf_quant_config,
         )
-        self._scheme_cache: dict[str, Scheme] = {}
 
     @classmethod
     def open(cls, path: str | Path, *, semantics: Semantics = "vllm") -> CheckpointView:
@@ -107,30 +98,6 @@ class CheckpointView:
     @property
     def where(self) -> str:
         return str(self.catalog.source or self.catalog.root)
-
-    def layer_facts(self, layer: int) -> MoeLayerFacts:
-        lf = self.facts.layer(layer)
-        if lf is None:
-            raise InputError(
-                f"{self.where}: layer {layer} is not a MoE layer (MoE layers: "
-                f"{_ranges(self.facts.moe_layer_indices)}); pick --layers among them"
-            )
-        return lf
-
-    def routing(self) -> RoutingConfig:
-        return RoutingConfig.from_hf_config(self.text_config, source=f"{self.where}/config.json")
-
-    def ckpt_metadata(self) -> dict[str, Any]:
-        """``config.json["ckpt"]`` written by ``ckpt convert`` (empty for other checkpoints)."""
-        meta = self.config.get("ckpt")
-        return meta if isinstance(meta, dict) else {}
-
-    def recorded_slots(self, layer: int) -> list[int] | None:
-        """FSE slots ``ckpt convert`` recorded for ``layer`` (None when nothing is recorded)."""
-        slots = self.ckpt_metadata().get("fse_slots")
-        if not isinstance(slots, dict):
-            return None
-        return [int(s) for s in slots.get(str(layer), [])]
 
     def fused_slots(self, layer: int) -> list[int]:
         """Shared-expert slots ``n_routed + j`` present as routed experts (or recorded)."""
@@ -409,40 +376,6 @@ class CheckpointView:
         return self.scheme(name) if name in self.catalog.tensors else None
 
 
-def engine_w13_global_scale(gate: Projection, up: Projection) -> Projection:
-    """``up`` as vLLM runs a routed NVFP4 expert: with the gate's (w1's) global scale.
-
-    vLLM stacks w1 / w3 into one ``w13`` and keeps one global scale per expert,
-    ``w13_weight_scale_2[:, 0]`` (w1's), warning "w1_weight_scale_2 must match
-    w3_weight_scale_2" when they differ (vLLM 0.33 ``quantization/quark/quark_moe.py``
-    ``QuarkNvfp4MoEMethod.process_weights_after_loading``; ``quantization/modelopt.py``
-    ``ModelOptNvFp4FusedMoE.process_weights_after_loading`` does the same). So a checkpoint
-    whose w3 global scale differs from w1's computes other numbers in vLLM than its producer
-    meant, and the numeric check sees it.
-    """
-    g_global, u_global = gate.parts.get("global_scale"), up.parts.get("global_scale")
-    if g_global is None or u_global is None or "global_scale" not in up.parts:
-        return up
-    return Projection({**up.parts, "global_scale": g_global}, up.scheme, up.name)
-
-
-def split_gate_up(proj: Projection) -> tuple[Projection, Projection]:
-    """gate rows ``[0, I)`` and up rows ``[I, 2I)`` of a fused ``gate_up`` projection."""
-    from checkpoint_tool.quant.codecs import get_codec
-
-    rows = proj.out_features
-    if rows % 2:
-        raise InputError(f"{proj.label}: fused gate_up has an odd number of rows ({rows})")
-    codec = get_codec(proj.scheme)
-    half = rows // 2
-    gate = codec.slice(proj.parts, -2, 0, half)
-    up = codec.slice(proj.parts, -2, half, rows)
-    return (
-        Projection(gate, proj.scheme, f"{proj.label}[gate]"),
-        Projection(up, proj.scheme, f"{proj.label}[up]"),
-    )
-
-
 def _restrict_table(
     table: torch.Tensor | None, ids: Sequence[int], n_routed: int
 ) -> torch.Tensor | None:
@@ -457,7 +390,3 @@ def _restrict_table(
     lut = torch.full((n_routed,), -1, dtype=torch.long)
     lut[torch.tensor(list(ids), dtype=torch.long)] = torch.arange(len(ids))
     return lut[table]
-
-
-def _ranges(values: Sequence[int]) -> str:
-    return ",".join(str(v) for v in values[:12]) + ("..." if len(values) > 12 else "")

@@ -32,7 +32,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 import torch
@@ -49,6 +49,8 @@ from checkpoint_tool.verify.tolerance import tolerance_for
 Device = Literal["auto", "cpu", "cuda"]
 Backend = Literal["triton", "torch"]
 DEFAULT_TOKENS = 16
+#: the sampling policy's fields a ``LayerResult`` repeats
+_POLICY_FIELDS = ("layer", "fused", "padded", "is_mtp", "routed_scheme", "shared_scheme")
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,12 @@ class NumericOptions:
     backend: Backend = "triton"
     #: a layer that cannot run is reported, not failed (``--allow-skipped``)
     allow_skipped: bool = False
+
+    @classmethod
+    def of(cls, options: object) -> NumericOptions:
+        """The numeric fields of a wider options object (``VerifyOptions`` has them all):
+        ``NumericOptions.of(VerifyOptions(tokens=32)).tokens`` -> ``32``."""
+        return cls(**{f.name: getattr(options, f.name) for f in fields(cls)})
 
 
 def resolve_device(device: Device) -> str:
@@ -183,15 +191,10 @@ def _check_layer(
 ) -> LayerResult:
     t0 = time.monotonic()
     result = LayerResult(
-        layer=policy.layer,
         status="skipped",
         policy=policy.label,
-        fused=policy.fused,
-        padded=policy.padded,
-        is_mtp=policy.is_mtp,
-        routed_scheme=policy.routed_scheme,
-        shared_scheme=policy.shared_scheme,
         tokens=options.tokens,
+        **{k: getattr(policy, k) for k in _POLICY_FIELDS},
     )
     layer = policy.layer
     x = hidden_states(options.tokens, src.facts.hidden_size, options.seed, layer)

@@ -155,15 +155,7 @@ def _numeric(
     else:
         out = CheckpointView(open_catalog(dst, headers_only=False), semantics="vllm")
         tp = options.tp or _recorded_tp(manifest, out.ckpt_metadata())
-    numeric_options = NumericOptions(
-        layers=options.layers,
-        tokens=options.tokens,
-        seed=options.seed,
-        device=options.device,
-        backend=options.backend,
-        allow_skipped=options.allow_skipped,
-    )
-    return check_numeric(src, out, numeric_options, tp=tp)
+    return check_numeric(src, out, NumericOptions.of(options), tp=tp)
 
 
 def _recorded_tp(manifest: Manifest | None, meta: dict[str, Any]) -> int:

@@ -32,23 +32,18 @@ from safetensors import safe_open
 
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.model import ModelFacts, MoeLayerFacts, model_facts
-from checkpoint_tool.model.config_fields import text_config
-from checkpoint_tool.quant.resolve import load_quant_config, resolve_tensor
+from checkpoint_tool.quant.resolve import resolve_tensor
+from checkpoint_tool.quant.roles import CODEC_ROLES, role_of_suffix, suffixes_of
 from checkpoint_tool.quant.scheme import Scheme
-from checkpoint_tool.runtime.routing import RoutingConfig
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
-from checkpoint_tool.verify.loader import Router, split_gate_up
+from checkpoint_tool.verify.view import ConfigView, Router, split_gate_up
 
-#: parameter suffix -> runtime role
-_ROLES = {
-    "weight": "weight",
-    "weight_scale": "scale",
-    "weight_scale_inv": "scale",
-    "weight_scale_2": "global_scale",
-}
+#: vLLM parameter suffix -> runtime role: the codec's roles (``quant.roles``) less DeepSeek-V4's
+#: bare ``scale``, a checkpoint name that no vLLM parameter of the sharded targets carries
+_ROLES = {s: role_of_suffix(s) for s in suffixes_of(*CODEC_ROLES) if s != "scale"}
 
 
-class ShardedView:
+class ShardedView(ConfigView):
     """A ``vllm-sharded`` output read per rank (see the module docstring)."""
 
     presliced = True
@@ -60,11 +55,10 @@ class ShardedView:
 
         self.root = Path(root)
         try:
-            self.config: dict[str, Any] = json.loads((self.root / "config.json").read_text())
+            config: dict[str, Any] = json.loads((self.root / "config.json").read_text())
         except (OSError, ValueError) as exc:
             raise InputError(f"{self.root / 'config.json'}: cannot read it ({exc})") from None
-        self.text_config = text_config(self.config)
-        self.qconfig = load_quant_config(self.config, where=str(self.root / "config.json"))
+        super().__init__(config, where=str(self.root / "config.json"))
         self.tp = tp
         self.spec = load_spec(
             self.facts.family, DEFAULT_TARGET, self.config.get("architectures") or []
@@ -77,7 +71,6 @@ class ShardedView:
                 f"{self.root}: no files for TP rank(s) {missing} ({self.spec.files.pattern}); "
                 "the vllm-sharded output is incomplete"
             )
-        self._scheme_cache: dict[str, Scheme] = {}
 
     @classmethod
     def open(cls, root: str | Path, *, tp: int) -> ShardedView:
@@ -90,19 +83,6 @@ class ShardedView:
     @cached_property
     def facts(self) -> ModelFacts:
         return model_facts(self.config)
-
-    def layer_facts(self, layer: int) -> MoeLayerFacts:
-        lf = self.facts.layer(layer)
-        if lf is None:
-            raise InputError(f"{self.where}: layer {layer} is not a MoE layer")
-        return lf
-
-    def routing(self) -> RoutingConfig:
-        return RoutingConfig.from_hf_config(self.text_config, source=f"{self.where}/config.json")
-
-    def ckpt_metadata(self) -> dict[str, Any]:
-        meta = self.config.get("ckpt")
-        return meta if isinstance(meta, dict) else {}
 
     # -- keys and tensors ----------------------------------------------------------------------
     @cached_property
@@ -138,10 +118,8 @@ class ShardedView:
 
     # -- headers-level facts for sampling --------------------------------------------------------
     def fused_slots(self, layer: int) -> list[int]:
-        slots = self.ckpt_metadata().get("fse_slots")
-        if isinstance(slots, dict):
-            return [int(s) for s in slots.get(str(layer), [])]
-        return []
+        """The FSE slots ``ckpt convert`` recorded (the stacked w13 cannot tell them apart)."""
+        return self.recorded_slots(layer) or []
 
     def _w13_rows(self, layer: int) -> int | None:
         module = self.spec.moe_module(layer)

@@ -195,6 +195,45 @@ def test_unknown_preset_and_bad_fused_option():
         build_layout("deepseek-v3-fp8", fused_experts=True)
 
 
+def test_size_overrides_are_bounded_and_named():
+    with pytest.raises(UsageError, match="--shared-experts -1: must be at least 0"):
+        build_layout("qwen2-moe", n_shared=-1)
+    with pytest.raises(UsageError, match="--layers 0: must be at least 1"):
+        build_layout("quark-mxfp4", hidden=16, num_layers=0)  # the first in option order
+    with pytest.raises(TypeError, match="no size override named layers"):
+        build_layout("quark-mxfp4", layers=2)
+
+
+def test_dims_table_rows_fill_every_column():
+    from checkpoint_tool.synth.dims import parse_table
+
+    dims = parse_table(
+        """
+        field            a    b
+        num_layers       2    3
+        n_routed         8    8
+        n_shared         0    1
+        top_k            2    2
+        hidden           64   64
+        moe_intermediate 32   32
+        first_dense      1    .
+        engram_layers    1,2  .
+        """
+    )
+    assert (dims["a"].first_dense, dims["a"].engram_layers) == (1, (1, 2))
+    assert (dims["b"].num_layers, dims["b"].first_dense, dims["b"].engram_layers) == (3, 0, ())
+    assert dims["b"].model_fields_set == {
+        "num_layers",
+        "n_routed",
+        "n_shared",
+        "top_k",
+        "hidden",
+        "moe_intermediate",
+    }
+    with pytest.raises(ValueError, match="row 'hidden': 1 cells, 2 columns"):
+        parse_table("field a b\nhidden 64")
+
+
 def test_small_shards_put_a_weight_and_its_scale_in_different_files(synth_ckpt):
     path = synth_ckpt("deepseek-v3-fp8", shard_size=20_000)
     cat = open_local(path)

@@ -1,36 +1,40 @@
-"""One builder per model family; ``family_of(config)`` picks it from model_type/architectures."""
+"""Model families: the table (``families_data/families.yaml``, one builder), and the generic
+detector for models it does not name; ``family_of(config)`` picks one.
+
+Example::
+
+    family_of({"model_type": "kimi_k2"})                          # "deepseek_v3"
+    family_of({"architectures": ["Glm4MoeForCausalLM"]})          # "glm4_moe"
+    FAMILIES["qwen3_moe"].moe_layers.rule                         # "sparse_step"
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from checkpoint_tool.model.families import deepseek_v3, deepseek_v4, glm4_moe, qwen3_moe
+from checkpoint_tool.model.config_fields import config_parts
+from checkpoint_tool.model.families.spec import FamilySpec, load_families
 
-#: family name -> builder module, in the order families are tried
-FAMILIES = {
-    "deepseek_v4": deepseek_v4,
-    "deepseek_v3": deepseek_v3,
-    "qwen3_moe": qwen3_moe,
-    "glm4_moe": glm4_moe,
-}
+#: family name -> its row of the table, in the order families are tried
+FAMILIES: dict[str, FamilySpec] = load_families()
 
 
 def family_of(config: dict[str, Any] | None) -> str:
     """``deepseek_v3`` | ``deepseek_v4`` | ``qwen3_moe`` | ``glm4_moe`` | ``generic``.
 
-    ``model_type`` decides (also ``text_config.model_type``); then the architecture name.
+    ``model_type`` decides, of any part of config.json (a multimodal wrapper's own, e.g.
+    ``qwen3_5_moe``, or its ``text_config``'s, ``qwen3_5_moe_text``); then the architecture
+    name, read at the top level only, where transformers and vLLM keep it
+    (``get_architectures`` reads ``hf_config``, not ``hf_text_config``).
     """
     if not config:
         return "generic"
-    types = {config.get("model_type")}
-    inner = config.get("text_config")
-    if isinstance(inner, dict):
-        types.add(inner.get("model_type"))
-    for name, module in FAMILIES.items():
-        if types & module.MODEL_TYPES:
+    types = {doc.get("model_type") for doc in config_parts(config)}
+    for name, spec in FAMILIES.items():
+        if types & spec.model_types:
             return name
     archs = config.get("architectures") or []
-    for name, module in FAMILIES.items():
-        if any(isinstance(a, str) and a.startswith(module.ARCHITECTURE_PREFIXES) for a in archs):
+    for name, spec in FAMILIES.items():
+        if any(isinstance(a, str) and a.startswith(spec.architecture_prefixes) for a in archs):
             return name
     return "generic"

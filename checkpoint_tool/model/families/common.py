@@ -1,33 +1,41 @@
-"""Pieces every family builder shares: MTP presence, per-layer naming, MoE layer assembly.
-
-A family states which layers are MoE, their sizes and its default naming; ``moe_model_facts``
-does the rest.
+"""The one builder of the family table (``build_facts``) and the pieces it shares with the
+generic detector: per-layer facts with the naming detected from tensor names, MTP presence.
 
 Example::
 
-    layer_facts(3, "model.layers.3.mlp", n_routed=256, n_shared=1, moe_i=2048, shared_i=2048,
-                top_k=8, names=names, default=ExpertNaming())
+    r1 = Sizes(n_routed=256, n_shared=1, moe_i=2048, shared_i=2048, top_k=8)
+    layer_facts(3, "model.layers.3.mlp", r1, names=names, default=ExpertNaming())
     # MoeLayerFacts(layer=3, prefix="model.layers.3.mlp", ..., naming=<detected from names>)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
-from checkpoint_tool.model.facts import ExpertNaming, Family, ModelFacts, MoeLayerFacts
-from checkpoint_tool.model.naming import detect_naming
+from checkpoint_tool.model.config_fields import ConfigView, text_config
+from checkpoint_tool.model.facts import ExpertNaming, ModelFacts, MoeLayerFacts
+from checkpoint_tool.model.families.spec import FamilySpec
+from checkpoint_tool.model.naming import choose_root, detect_naming
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Expert counts and widths of a MoE layer (a table family's layers all share one)."""
+
+    n_routed: int
+    n_shared: int
+    moe_i: int
+    shared_i: int
+    top_k: int
 
 
 def layer_facts(
     layer: int,
     prefix: str,
+    sizes: Sizes,
     *,
-    n_routed: int,
-    n_shared: int,
-    moe_i: int,
-    shared_i: int,
-    top_k: int,
     names: Collection[str] | None,
     default: ExpertNaming,
     is_mtp: bool = False,
@@ -39,11 +47,11 @@ def layer_facts(
         layer=layer,
         prefix=prefix,
         is_mtp=is_mtp,
-        n_routed=n_routed,
-        n_shared=n_shared,
-        moe_intermediate_size=moe_i,
-        shared_intermediate_size=shared_i if n_shared > 0 else 0,
-        top_k=top_k,
+        n_routed=sizes.n_routed,
+        n_shared=sizes.n_shared,
+        moe_intermediate_size=sizes.moe_i,
+        shared_intermediate_size=sizes.shared_i if sizes.n_shared > 0 else 0,
+        top_k=sizes.top_k,
         has_shared_expert_gate=names is not None and gate in names,
         naming=naming,
     )
@@ -86,62 +94,48 @@ def present_mtp_layers(
     return kept
 
 
-def moe_model_facts(
-    config: dict[str, Any],
-    names: Collection[str] | None,
-    *,
-    family: Family,
-    hidden: int,
-    n_layers: int,
-    main: list[tuple[int, str]],
-    n_mtp: int,
-    mtp_prefix: Callable[[int], str],
-    n_routed: int,
-    n_shared: int,
-    moe_i: int,
-    shared_i: int,
-    top_k: int,
-    default: ExpertNaming,
-    expert_dtype: str | None = None,
+def build_facts(
+    spec: FamilySpec, config: dict[str, Any], names: Collection[str] | None
 ) -> ModelFacts:
-    """Facts of a model whose MoE layers are ``main`` plus ``n_mtp`` MTP layers after them.
-
-    ``main`` lists ``(layer, prefix)`` of the decoder's MoE layers; MTP layer ``k`` has index
-    ``n_layers + k`` and prefix ``mtp_prefix(k)``, and is kept only when present (see
+    """Facts of a model of a table family: sizes read from config.json by ``spec.keys``, MoE
+    layers picked by the family's rule, MTP layers after them (kept only when present, see
     ``present_mtp_layers``). Every layer has the same sizes.
 
     Example::
 
-        moe_model_facts(config, None, family="glm4_moe", hidden=4096, n_layers=4,
-                        main=[(1, "model.layers.1.mlp")], n_mtp=1,
-                        mtp_prefix=lambda k: f"model.layers.{4 + k}.mlp", n_routed=8,
-                        n_shared=1, moe_i=256, shared_i=256, top_k=2, default=ExpertNaming())
-        # ModelFacts(family="glm4_moe", moe_layers=[<layer 1>, <layer 4, is_mtp>], ...)
+        build_facts(load_families()["glm4_moe"], {"hidden_size": 4096,
+                    "num_hidden_layers": 4, "first_k_dense_replace": 1, "n_routed_experts": 8,
+                    "n_shared_experts": 1, "moe_intermediate_size": 256,
+                    "num_nextn_predict_layers": 1}, None).moe_layer_indices
+        # [1, 2, 3, 4]   (4: the MTP layer, model.layers.4.mlp)
     """
+    cfg = ConfigView(config, family=spec.name)
+    keys = spec.keys
+    hidden = cfg.req_int(keys.hidden_size)
+    n_layers = cfg.req_int(keys.num_hidden_layers)
+    n_routed = cfg.req_int(keys.n_routed)
+    moe_i = cfg.req_int(keys.moe_intermediate_size)
+    n_shared, shared_i = spec.shared.sizes(cfg, moe_i)
+    moe = spec.moe_layers.select(cfg, n_layers, n_routed)
+    root = choose_root(spec.decoder_roots(text_config(config) is not config), names)
+    block = spec.layers.block
+    declared = spec.mtp.prefixes(cfg, root, n_layers, block, names)
+    sizes = Sizes(n_routed, n_shared, moe_i, shared_i, cfg.opt_int(keys.top_k, 0))
     notes: list[str] = []
-    mtp = present_mtp_layers([(n_layers + k, mtp_prefix(k)) for k in range(n_mtp)], names, notes)
+    mtp = present_mtp_layers(declared, names, notes)
     layers = [
-        layer_facts(
-            i,
-            prefix,
-            n_routed=n_routed,
-            n_shared=n_shared,
-            moe_i=moe_i,
-            shared_i=shared_i,
-            top_k=top_k,
-            names=names,
-            default=default,
-            is_mtp=i >= n_layers,
-        )
-        for i, prefix in main + mtp
+        layer_facts(i, prefix, sizes, names=names, default=spec.naming, is_mtp=i >= n_layers)
+        for i, prefix in [(i, f"{root}.{i}.{block}") for i in moe] + mtp
     ]
+    expert_dtype = cfg.get(keys.expert_dtype) if keys.expert_dtype else None
     return ModelFacts(
-        family=family,
+        family=spec.name,
+        # the checkpoint's own model_type: the top level of a multimodal wrapper
         model_type=config.get("model_type"),
         hidden_size=hidden,
         num_hidden_layers=n_layers,
-        num_mtp_layers=n_mtp,
-        expert_dtype=expert_dtype,
+        num_mtp_layers=len(declared),
+        expert_dtype=expert_dtype if isinstance(expert_dtype, str) else None,
         moe_layers=layers,
         notes=notes,
     )

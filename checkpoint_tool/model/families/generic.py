@@ -25,9 +25,9 @@ import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from checkpoint_tool.model.config_fields import ConfigView, text_config
+from checkpoint_tool.model.config_fields import ConfigView
 from checkpoint_tool.model.facts import ExpertNaming, ModelFacts, MoeLayerFacts
-from checkpoint_tool.model.families.common import layer_facts
+from checkpoint_tool.model.families.common import Sizes, layer_facts
 
 _EXPERTS_RE = re.compile(
     r"^(?P<prefix>(?P<root>(?:\w+\.)*?(?:layers|mtp))\.(?P<idx>\d+)\.(?P<block>[A-Za-z_]\w*))"
@@ -41,8 +41,7 @@ def build(
     names: Collection[str] | None,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
 ) -> ModelFacts:
-    tc = text_config(config or {})
-    cfg = ConfigView(tc, family="generic")
+    cfg = ConfigView(config or {}, family="generic")
     notes = ["model type not recognised: MoE layers inferred from tensor names (generic)"]
     if names is None:
         notes.append("no tensor names given: no MoE layer can be inferred")
@@ -61,19 +60,12 @@ def build(
         if not g["routed"]:
             continue
         layer = n_layers + g["idx"] if g["mtp"] else g["idx"]
+        # sizes unknown yet: the probe only tells the naming (and so where the shapes are)
         probe = layer_facts(
-            layer,
-            prefix,
-            n_routed=0,
-            n_shared=0,
-            moe_i=0,
-            shared_i=0,
-            top_k=0,
-            names=names,
-            default=ExpertNaming(),
+            layer, prefix, Sizes(0, 0, 0, 0, 0), names=names, default=ExpertNaming()
         )
-        n_routed = _first_int(tc, _ROUTED_KEYS) or _routed_count(probe, g, shapes)
-        moe_i = _first_int(tc, ("moe_intermediate_size",)) or _routed_width(probe, shapes)
+        n_routed = _first_int(cfg, _ROUTED_KEYS) or _routed_count(probe, g, shapes)
+        moe_i = _first_int(cfg, ("moe_intermediate_size",)) or _routed_width(probe, shapes)
         moe_i = moe_i or cfg.opt_int("intermediate_size", 0)
         n_shared = 0
         shared_i = 0
@@ -90,11 +82,7 @@ def build(
             layer_facts(
                 layer,
                 prefix,
-                n_routed=n_routed,
-                n_shared=n_shared,
-                moe_i=moe_i,
-                shared_i=shared_i,
-                top_k=cfg.opt_int("num_experts_per_tok", 0),
+                Sizes(n_routed, n_shared, moe_i, shared_i, cfg.opt_int("num_experts_per_tok", 0)),
                 names=names,
                 default=ExpertNaming(),
                 is_mtp=g["mtp"],
@@ -143,9 +131,9 @@ def _scan(names: Collection[str]) -> dict[str, dict[str, Any]]:
     return groups
 
 
-def _first_int(tc: dict[str, Any], keys: tuple[str, ...]) -> int:
+def _first_int(cfg: ConfigView, keys: tuple[str, ...]) -> int:
     for key in keys:
-        value = tc.get(key)
+        value = cfg.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
             return value
     return 0

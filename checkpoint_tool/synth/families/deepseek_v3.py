@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from checkpoint_tool.synth.dims import Dims
+from checkpoint_tool.synth.families.common import deepseek_moe_fields, gated_mlp
 from checkpoint_tool.synth.layout import Item, Linear, Plain
 
 
@@ -47,12 +48,7 @@ def deepseek_v3_config(d: Dims, quantization_config: dict | None) -> dict:
         "moe_intermediate_size": d.moe_intermediate,
         "moe_layer_freq": 1,
         "n_group": 8 if d.n_routed % 8 == 0 and d.n_routed >= 64 else 1,
-        "n_routed_experts": d.n_routed,
-        "n_shared_experts": d.n_shared,
-        "norm_topk_prob": True,
-        "num_attention_heads": d.heads,
-        "num_experts_per_tok": d.top_k,
-        "num_hidden_layers": d.num_layers,
+        **deepseek_moe_fields(d),
         "num_key_value_heads": d.heads,
         "num_nextn_predict_layers": d.mtp_layers,
         "pretraining_tp": 1,
@@ -126,7 +122,7 @@ def _decoder_layer(d: Dims, layer: int, router_bias_dtype: str, fused: bool) -> 
     yield from _mla(d, p, layer)
     yield Plain(f"{p}.post_attention_layernorm.weight", "BF16", (h,), init="norm")
     if layer < d.first_dense:
-        yield from _mlp(f"{p}.mlp", h, d.intermediate, "dense_mlp", layer)
+        yield from gated_mlp(f"{p}.mlp", h, d.intermediate, "dense_mlp", layer)
         return
     yield Linear(f"{p}.mlp.gate", d.n_routed, h, role="router", layer=layer)
     yield Plain(f"{p}.mlp.gate.e_score_correction_bias", router_bias_dtype, (d.n_routed,), "bias")
@@ -136,9 +132,9 @@ def _decoder_layer(d: Dims, layer: int, router_bias_dtype: str, fused: bool) -> 
         yield Plain(f"{p}.mlp.experts.down_proj", "BF16", (d.n_routed, h, i))
     else:
         for e in range(d.n_routed):
-            yield from _mlp(f"{p}.mlp.experts.{e}", h, d.moe_intermediate, "routed", layer, e)
+            yield from gated_mlp(f"{p}.mlp.experts.{e}", h, d.moe_intermediate, "routed", layer, e)
     if d.n_shared:
-        yield from _mlp(
+        yield from gated_mlp(
             f"{p}.mlp.shared_experts", h, d.n_shared * d.moe_intermediate, "shared", layer
         )
 
@@ -156,11 +152,3 @@ def _mla(d: Dims, p: str, layer: int) -> Iterator[Item]:
     yield Plain(f"{a}.kv_a_layernorm.weight", "BF16", (d.kv_lora_rank,), init="norm")
     yield Linear(f"{a}.kv_b_proj", d.heads * (d.qk_nope + d.v_head), d.kv_lora_rank, "attn", layer)
     yield Linear(f"{a}.o_proj", h, d.heads * d.v_head, role="attn", layer=layer)
-
-
-def _mlp(
-    m: str, h: int, inter: int, role: str, layer: int, expert: int | None = None
-) -> Iterator[Item]:
-    yield Linear(f"{m}.gate_proj", inter, h, role, layer, "gate", expert)
-    yield Linear(f"{m}.up_proj", inter, h, role, layer, "up", expert)
-    yield Linear(f"{m}.down_proj", h, inter, role, layer, "down", expert)

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from checkpoint_tool.synth.dims import Dims
+from checkpoint_tool.synth.families.common import deepseek_moe_fields
 from checkpoint_tool.synth.layout import Item, Linear, Plain
 
 
@@ -59,12 +60,7 @@ def deepseek_v4_config(d: Dims, quantization_config: dict) -> dict:
         "max_position_embeddings": 1048576,
         "model_type": "deepseek_v4",
         "moe_intermediate_size": d.moe_intermediate,
-        "n_routed_experts": d.n_routed,
-        "n_shared_experts": d.n_shared,
-        "norm_topk_prob": True,
-        "num_attention_heads": d.heads,
-        "num_experts_per_tok": d.top_k,
-        "num_hidden_layers": d.num_layers,
+        **deepseek_moe_fields(d),
         "num_hash_layers": d.num_hash_layers,
         "num_key_value_heads": 1,
         "num_nextn_predict_layers": d.mtp_layers,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from checkpoint_tool.synth.dims import Dims
+from checkpoint_tool.synth.families.common import qwen_moe_block, shared_intermediate
 from checkpoint_tool.synth.layout import Item, Linear, Plain
 
 PREFIX = "model.language_model"
@@ -28,11 +29,6 @@ def layer_types(d: Dims) -> list[str]:
     return [
         "full_attention" if (i + 1) % n == 0 else "linear_attention" for i in range(d.num_layers)
     ]
-
-
-def shared_intermediate(d: Dims) -> int:
-    """One shared expert; ``--shared-experts N`` scales its width to N x moe_intermediate."""
-    return d.n_shared * d.moe_intermediate
 
 
 def qwen3_5_moe_config(d: Dims, quantization_config: dict | None) -> dict:
@@ -106,7 +102,7 @@ def qwen3_5_moe_items(d: Dims) -> Iterator[Item]:
         else:
             yield from _linear_attention(d, f"{p}.linear_attn", layer)
         yield Plain(f"{p}.post_attention_layernorm.weight", "BF16", (h,), init="norm")
-        yield from _moe(d, f"{p}.mlp", layer)
+        yield from qwen_moe_block(d, f"{p}.mlp", layer, shared=d.n_shared > 0)
     yield Plain(f"{PREFIX}.norm.weight", "BF16", (h,), init="norm")
     yield Linear("lm_head", d.vocab, h, role="lm_head")
 
@@ -135,19 +131,3 @@ def _linear_attention(d: Dims, a: str, layer: int) -> Iterator[Item]:
     yield Plain(f"{a}.dt_bias", "BF16", (d.linear_v_heads,), init="norm")
     yield Plain(f"{a}.norm.weight", "BF16", (d.linear_v_dim,), init="norm")
     yield Linear(f"{a}.out_proj", h, value, role="attn", layer=layer)
-
-
-def _moe(d: Dims, m: str, layer: int) -> Iterator[Item]:
-    h, i = d.hidden, d.moe_intermediate
-    yield Linear(f"{m}.gate", d.n_routed, h, role="router", layer=layer)
-    for e in range(d.n_routed):
-        yield from _mlp(f"{m}.experts.{e}", h, i, "routed", layer, e)
-    if d.n_shared:
-        yield from _mlp(f"{m}.shared_expert", h, shared_intermediate(d), "shared", layer)
-        yield Linear(f"{m}.shared_expert_gate", 1, h, role="router_aux", layer=layer)
-
-
-def _mlp(m: str, h: int, inter: int, role: str, layer: int, e: int | None = None) -> Iterator[Item]:
-    yield Linear(f"{m}.gate_proj", inter, h, role, layer, "gate", e)
-    yield Linear(f"{m}.up_proj", inter, h, role, layer, "up", e)
-    yield Linear(f"{m}.down_proj", h, inter, role, layer, "down", e)

@@ -18,12 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from checkpoint_tool.synth.dims import Dims
+from checkpoint_tool.synth.families.common import qwen_moe_block, shared_intermediate
 from checkpoint_tool.synth.layout import Item, Linear, Plain
-
-
-def shared_intermediate(d: Dims) -> int:
-    """Qwen2-MoE's one shared expert: ``--shared-experts N`` makes it N x moe_intermediate."""
-    return d.n_shared * d.moe_intermediate
 
 
 def qwen_moe_config(d: Dims, version: int, quantization_config: dict | None = None) -> dict:
@@ -95,7 +91,7 @@ def qwen_moe_items(d: Dims, version: int) -> Iterator[Item]:
         yield Plain(f"{p}.input_layernorm.weight", "BF16", (h,), init="norm")
         yield from _attention(d, f"{p}.self_attn", layer, version)
         yield Plain(f"{p}.post_attention_layernorm.weight", "BF16", (h,), init="norm")
-        yield from _moe(d, f"{p}.mlp", layer, version)
+        yield from qwen_moe_block(d, f"{p}.mlp", layer, shared=version == 2 and d.n_shared > 0)
     yield Plain("model.norm.weight", "BF16", (h,), init="norm")
     yield Linear("lm_head", d.vocab, h, role="lm_head")
 
@@ -112,19 +108,3 @@ def _attention(d: Dims, a: str, layer: int, version: int) -> Iterator[Item]:
     if version == 3:
         yield Plain(f"{a}.q_norm.weight", "BF16", (hd,), init="norm")
         yield Plain(f"{a}.k_norm.weight", "BF16", (hd,), init="norm")
-
-
-def _moe(d: Dims, m: str, layer: int, version: int) -> Iterator[Item]:
-    h, i = d.hidden, d.moe_intermediate
-    yield Linear(f"{m}.gate", d.n_routed, h, role="router", layer=layer)
-    for e in range(d.n_routed):
-        yield from _mlp(f"{m}.experts.{e}", h, i, "routed", layer, e)
-    if version == 2 and d.n_shared:
-        yield from _mlp(f"{m}.shared_expert", h, shared_intermediate(d), "shared", layer)
-        yield Linear(f"{m}.shared_expert_gate", 1, h, role="router_aux", layer=layer)
-
-
-def _mlp(m: str, h: int, inter: int, role: str, layer: int, e: int | None = None) -> Iterator[Item]:
-    yield Linear(f"{m}.gate_proj", inter, h, role, layer, "gate", e)
-    yield Linear(f"{m}.up_proj", inter, h, role, layer, "up", e)
-    yield Linear(f"{m}.down_proj", h, inter, role, layer, "down", e)

@@ -17,6 +17,8 @@ Each builder decides, per linear, the producer's encoding, and writes the produc
 
 from __future__ import annotations
 
+from functools import partial
+
 from checkpoint_tool.synth.dims import DEEPSEEK_V3_FULL, DEEPSEEK_V3_TINY, Dims
 from checkpoint_tool.synth.expand import expand
 from checkpoint_tool.synth.families.deepseek_v3 import deepseek_v3_config, deepseek_v3_items
@@ -174,86 +176,67 @@ def build_modelopt_nvfp4(d: Dims, opts: PresetOptions) -> SynthLayout:
     )
 
 
-def _spec(
-    name: str, summary: str, producer: str, build, fused: bool = False, quantized: bool = True
-) -> PresetSpec:
-    return PresetSpec(
-        name=name,
-        summary=summary,
-        family="deepseek_v3",
-        producer=producer,
-        tiny=DEEPSEEK_V3_TINY,
-        full=DEEPSEEK_V3_FULL,
-        build=build,
-        supports_fused_experts=fused,
-        quantized=quantized,
-    )
+#: a DeepSeek-V3 preset: ``_spec(name, summary, producer=..., build=...)``
+_spec = partial(PresetSpec, family="deepseek_v3", tiny=DEEPSEEK_V3_TINY, full=DEEPSEEK_V3_FULL)
+
+
+#: Quark's in-memory exports, each also with fused experts: name, encoding, Quark global spec,
+#: attention ("-": the global spec, "bf16": excluded by exact name, "fp8_per_channel": a
+#: ``*self_attn*`` layer_quant_config), then the summary
+_QUARK_IN_MEMORY = """
+quark-mxfp4           quark_mxfp4      mxfp4          bf16            Quark MXFP4, per-expert routed + shared experts, BF16 attention excluded by name
+quark-mxfp4-ptpc-attn quark_mxfp4      mxfp4          fp8_per_channel Quark MXFP4 with FP8 per-channel attention ('*self_attn*'), as Quark 0.13 exports
+quark-fp8-per-tensor  quark_fp8_tensor fp8_per_tensor -               Quark FP8 per-tensor (BF16 weight_scale and static input_scale), as Quark 0.13 exports
+quark-nvfp4           quark_nvfp4      nvfp4          -               Quark NVFP4 everywhere but lm_head (weight_scale_2, input_scale_2)
+"""
+
+
+def _quark_in_memory_presets() -> list[PresetSpec]:
+    """One preset per ``_QUARK_IN_MEMORY`` row, built by ``_quark_in_memory``."""
+    out = []
+    for line in _QUARK_IN_MEMORY.strip().splitlines():
+        name, encoding, global_spec, attn, summary = line.split(maxsplit=4)
+        build = partial(
+            _quark_in_memory,
+            encoding=encoding,
+            global_spec=global_spec,
+            attn=None if attn == "-" else attn,
+        )
+        out.append(_spec(name, summary, producer="quark", build=build, supports_fused_experts=True))
+    return out
 
 
 DEEPSEEK_V3_PRESETS = [
     _spec(
         "deepseek-v3-fp8",
         "DeepSeek-V3/R1 native block FP8 (weight_scale_inv), dense first layers, MTP layer",
-        "deepseek",
-        build_deepseek_fp8,
+        producer="deepseek",
+        build=build_deepseek_fp8,
     ),
     _spec(
         "deepseek-v3-bf16",
         "DeepSeek-V3 in BF16 (no quantization_config, as fp8_cast_bf16.py writes it), MTP layer",
-        "deepseek",
-        build_deepseek_bf16,
+        producer="deepseek",
+        build=build_deepseek_bf16,
         quantized=False,
     ),
     _spec(
         "deepseek-v3-fp8-per-tensor",
         "DeepSeek-V3 with per-tensor FP8 (quant_method fp8, no weight_block_size)",
-        "deepseek",
-        lambda d, o: build_deepseek_fp8(d, o, per_tensor=True),
+        producer="deepseek",
+        build=partial(build_deepseek_fp8, per_tensor=True),
     ),
-    _spec(
-        "quark-mxfp4",
-        "Quark MXFP4, per-expert routed + shared experts, BF16 attention excluded by name",
-        "quark",
-        lambda d, o: _quark_in_memory(
-            d, o, encoding="quark_mxfp4", global_spec="mxfp4", attn="bf16"
-        ),
-        fused=True,
-    ),
-    _spec(
-        "quark-mxfp4-ptpc-attn",
-        "Quark MXFP4 with FP8 per-channel attention ('*self_attn*'), as Quark 0.13 exports",
-        "quark",
-        lambda d, o: _quark_in_memory(
-            d, o, encoding="quark_mxfp4", global_spec="mxfp4", attn="fp8_per_channel"
-        ),
-        fused=True,
-    ),
-    _spec(
-        "quark-fp8-per-tensor",
-        "Quark FP8 per-tensor (BF16 weight_scale and static input_scale), as Quark 0.13 exports",
-        "quark",
-        lambda d, o: _quark_in_memory(
-            d, o, encoding="quark_fp8_tensor", global_spec="fp8_per_tensor", attn=None
-        ),
-        fused=True,
-    ),
-    _spec(
-        "quark-nvfp4",
-        "Quark NVFP4 everywhere but lm_head (weight_scale_2, input_scale_2)",
-        "quark",
-        lambda d, o: _quark_in_memory(d, o, encoding="quark_nvfp4", global_spec="nvfp4", attn=None),
-        fused=True,
-    ),
+    *_quark_in_memory_presets(),
     _spec(
         "quark-hybrid",
         "Quark file2file hybrid: block-FP8 attention, MXFP4 experts, per-layer mixed shared",
-        "quark",
-        build_quark_hybrid,
+        producer="quark",
+        build=build_quark_hybrid,
     ),
     _spec(
         "modelopt-nvfp4",
         "ModelOpt NVFP4 (hf_quant_config.json, input_scale), BF16 routers and lm_head",
-        "modelopt",
-        build_modelopt_nvfp4,
+        producer="modelopt",
+        build=build_modelopt_nvfp4,
     ),
 ]

@@ -1,0 +1,211 @@
+"""The family table's schema and loader (``model/families_data/families.yaml``); each named
+rule (MoE layers, shared experts, MTP placement) carries its few lines of evaluation.
+
+Example (one entry of the table, as loaded)::
+
+    spec = load_families()["glm4_moe"]
+    spec.keys.n_routed                    # "n_routed_experts"
+    spec.moe_layers                       # FirstKDense(rule="first_k_dense",
+                                          #             first_k="first_k_dense_replace", freq=None)
+    spec.shared                           # CountShared(rule="count", count="n_shared_experts")
+    spec.layers.roots, spec.layers.block  # (["model.layers"], "mlp")
+    spec.moe_layers.select(ConfigView({"first_k_dense_replace": 1}, family="glm4_moe"), 3, 8)
+    # [1, 2]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from checkpoint_tool.errors import InputError
+from checkpoint_tool.model.config_fields import ConfigView
+from checkpoint_tool.model.facts import ExpertNaming, Family
+from checkpoint_tool.model.naming import choose_root
+from checkpoint_tool.yamlio import safe_load
+
+TABLE = Path(__file__).resolve().parent.parent / "families_data" / "families.yaml"
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Keys(_Data):
+    """config.json key of each size the family states."""
+
+    n_routed: str
+    hidden_size: str = "hidden_size"
+    num_hidden_layers: str = "num_hidden_layers"
+    moe_intermediate_size: str = "moe_intermediate_size"
+    top_k: str = "num_experts_per_tok"
+    #: DeepSeek-V4's routed-expert storage ("fp4" | "fp8"); None: the family has none
+    expert_dtype: str | None = None
+
+
+class FirstKDense(_Data):
+    """Layer ``i`` is MoE when ``i >= config[first_k]`` and ``i % config[freq] == 0``."""
+
+    rule: Literal["first_k_dense"]
+    first_k: str | None = None
+    freq: str | None = None
+
+    def select(self, cfg: ConfigView, n_layers: int, n_routed: int) -> list[int]:
+        first_k = cfg.opt_int(self.first_k, 0) if self.first_k else 0
+        freq = cfg.opt_int(self.freq, 1) if self.freq else 1
+        if freq <= 0:
+            raise InputError(f"config.json: {self.freq} must be >= 1, got {freq}; fix config.json")
+        return [i for i in range(n_layers) if i >= first_k and i % freq == 0]
+
+
+class SparseStep(_Data):
+    """Layer ``i`` is MoE when ``i not in config[mlp_only]``, ``n_routed > 0`` and
+    ``(i + 1) % config[step] == 0``."""
+
+    rule: Literal["sparse_step"]
+    step: str
+    mlp_only: str
+
+    def select(self, cfg: ConfigView, n_layers: int, n_routed: int) -> list[int]:
+        step = cfg.opt_int(self.step, 1) or 1
+        dense = set(cfg.int_list(self.mlp_only))
+        return [
+            i for i in range(n_layers) if i not in dense and n_routed > 0 and (i + 1) % step == 0
+        ]
+
+
+class EveryLayer(_Data):
+    """Every decoder layer is MoE."""
+
+    rule: Literal["every_layer"]
+
+    def select(self, cfg: ConfigView, n_layers: int, n_routed: int) -> list[int]:
+        return list(range(n_layers))
+
+
+MoeLayerRule = Annotated[FirstKDense | SparseStep | EveryLayer, Field(discriminator="rule")]
+
+
+class CountShared(_Data):
+    """``config[count]`` shared experts (absent: 0), one MLP ``count * moe_intermediate_size``
+    wide."""
+
+    rule: Literal["count"]
+    count: str
+
+    def sizes(self, cfg: ConfigView, moe_i: int) -> tuple[int, int]:
+        """(number of shared experts, total width)."""
+        n_shared = cfg.opt_int(self.count, 0)
+        return n_shared, n_shared * moe_i
+
+
+class WidthShared(_Data):
+    """One shared expert when ``config[width] > 0``, that wide."""
+
+    rule: Literal["width"]
+    width: str
+
+    def sizes(self, cfg: ConfigView, moe_i: int) -> tuple[int, int]:
+        """(number of shared experts, total width)."""
+        width = cfg.opt_int(self.width, 0)
+        return (1 if width > 0 else 0), width
+
+
+SharedRule = Annotated[CountShared | WidthShared, Field(discriminator="rule")]
+
+
+class Layers(_Data):
+    """Where the decoder's MoE blocks live: ``{root}.{i}.{block}``."""
+
+    roots: list[str] = Field(min_length=1)
+    #: the candidates for a multimodal wrapper (None: ``roots``)
+    wrapper_roots: list[str] | None = None
+    block: str
+
+
+class Mtp(_Data):
+    """MTP layers: how many (``count`` key) and where (see the table's header)."""
+
+    count: str | None = None
+    roots: list[str] | dict[str, list[str]] | None = None
+
+    def prefixes(
+        self, cfg: ConfigView, root: str, n_layers: int, block: str, names: Collection[str] | None
+    ) -> list[tuple[int, str]]:
+        """``(global index, prefix)`` of each MTP layer config.json declares."""
+        n_mtp = cfg.opt_int(self.count, 0) if self.count else 0
+        if self.roots is None:
+            return [(n_layers + k, f"{root}.{n_layers + k}.{block}") for k in range(n_mtp)]
+        candidates = self.roots[root] if isinstance(self.roots, dict) else self.roots
+        mtp_root = choose_root(candidates, names)
+        return [(n_layers + k, f"{mtp_root}.{k}.{block}") for k in range(n_mtp)]
+
+
+class FamilySpec(_Data):
+    """One row of the family table."""
+
+    name: Family
+    model_types: frozenset[str]
+    architecture_prefixes: tuple[str, ...]
+    keys: Keys
+    moe_layers: MoeLayerRule
+    shared: SharedRule
+    layers: Layers
+    mtp: Mtp = Field(default_factory=Mtp)
+    naming: ExpertNaming = Field(default_factory=ExpertNaming)
+
+    @model_validator(mode="after")
+    def _mtp_roots_per_decoder_root(self) -> FamilySpec:
+        if isinstance(self.mtp.roots, dict):
+            decoder = {*self.layers.roots, *(self.layers.wrapper_roots or ())}
+            if decoder - set(self.mtp.roots):
+                raise ValueError(f"mtp.roots must name every decoder root of {sorted(decoder)}")
+        return self
+
+    def decoder_roots(self, wrapper: bool) -> list[str]:
+        """Candidate decoder roots: ``wrapper_roots`` for a multimodal wrapper."""
+        return (self.layers.wrapper_roots if wrapper else None) or self.layers.roots
+
+    @field_validator("name")
+    @classmethod
+    def _not_generic(cls, value: str) -> str:
+        if value == "generic":
+            raise ValueError("'generic' is the tensor-name detector, not a row of the table")
+        return value
+
+    @field_validator("naming", mode="before")
+    @classmethod
+    def _known_naming_fields(cls, value: Any) -> Any:
+        unknown = set(value) - set(ExpertNaming.model_fields) if isinstance(value, dict) else ()
+        if unknown:
+            raise ValueError(f"unknown naming field(s) {sorted(unknown)}")
+        return value
+
+
+@lru_cache(maxsize=4)
+def load_families(path: Path = TABLE) -> dict[str, FamilySpec]:
+    """family name -> spec, in the order ``family_of`` tries them (the file's)."""
+    try:
+        data = safe_load(path.read_text())
+        rows = list(data.items())
+    except (OSError, AttributeError, yaml.YAMLError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"{path}: not a valid family table ({first}); reinstall ckpt") from None
+    specs = []
+    for name, row in rows:
+        try:
+            specs.append(FamilySpec.model_validate({**(row or {}), "name": name}))
+        except (TypeError, ValidationError) as exc:
+            problem = str(exc).splitlines()[0]
+            if isinstance(exc, ValidationError):
+                err = exc.errors()[0]
+                problem = f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}"
+            raise InputError(
+                f"{path}: not a valid family table ({name}: {problem}); reinstall ckpt"
+            ) from None
+    return {spec.name: spec for spec in specs}
