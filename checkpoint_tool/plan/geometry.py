@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoint_tool.errors import UsageError
+from checkpoint_tool.model.config_fields import config_field
 from checkpoint_tool.policy.decision import PolicyDecision
 
 SHARED_KEY = "shared_expert_intermediate_size"
@@ -31,15 +32,6 @@ SHARED_KEY = "shared_expert_intermediate_size"
 def round_up(n: int, unit: int) -> int:
     """Smallest multiple of ``unit`` that is >= ``n``."""
     return -(-n // unit) * unit
-
-
-def config_value(config: Mapping[str, Any] | None, key: str) -> Any:
-    """``key`` of config.json, or of its ``text_config`` (multimodal configs)."""
-    config = config or {}
-    if key in config:
-        return config[key]
-    text = config.get("text_config")
-    return text.get(key) if isinstance(text, Mapping) else None
 
 
 @dataclass(frozen=True)
@@ -106,7 +98,7 @@ def plan_geometry(
     tp, moe_tp = decision.tp, decision.moe_tp
     if not layers:
         return Geometry(tp=tp, moe_tp=tp)
-    separate = config_value(config, SHARED_KEY) is not None
+    separate = config_field(config, SHARED_KEY) is not None
     units: list[int] = []
     shared_units: list[int] = []
     chosen: set[int] = set()
@@ -139,7 +131,7 @@ def plan_geometry(
         )
     shared_size = shared_padded = None
     if separate:
-        shared_size = int(config_value(config, SHARED_KEY))
+        shared_size = int(config_field(config, SHARED_KEY))
         shared_padded = (
             shared_size
             if not shared_units or shared_size % math.lcm(*shared_units) == 0

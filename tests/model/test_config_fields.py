@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import copy
 
-import pytest
-
 from checkpoint_tool.model import model_facts
 from checkpoint_tool.model.config_fields import (
     ConfigView,
@@ -123,12 +121,36 @@ def test_every_reader_agrees_on_a_disagreeing_wrapper():
     assert config_field(out, "moe_intermediate_size") == 192
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plan/geometry.py's config_value still reads the top level first; the lead switches "
-    "it to model.config_fields.config_field after merging issue 17 (then drop this marker)",
-)
-def test_geometry_agrees_on_a_disagreeing_wrapper():
-    from checkpoint_tool.plan.geometry import config_value
+def test_geometry_reads_the_shared_width_where_the_model_facts_do():
+    """A wrapper whose top level says 999 and whose text_config says 256: the padded shared
+    width comes from 256 (plan.geometry reads through config_field)."""
+    from checkpoint_tool.model.facts import MoeLayerFacts
+    from checkpoint_tool.plan.geometry import plan_geometry
+    from checkpoint_tool.policy.decision import LayerDecision, PolicyDecision
+    from checkpoint_tool.policy.report import FseDecision
 
-    assert config_value(WRAPPER, "moe_intermediate_size") == 128
+    wrapper = {
+        "shared_expert_intermediate_size": 999,
+        "text_config": {"num_hidden_layers": 2, "shared_expert_intermediate_size": 256},
+    }
+    layer = MoeLayerFacts(
+        layer=1,
+        prefix="model.layers.1.mlp",
+        n_routed=4,
+        n_shared=1,
+        moe_intermediate_size=128,
+        shared_intermediate_size=256,
+    )
+    off = FseDecision(enabled=False, code="fse_off")
+    facts = type("Facts", (), {"moe_layers": [layer]})()
+    decision = PolicyDecision(
+        target=None,
+        tp=2,
+        ep=False,
+        fse_mode="off",
+        facts=facts,
+        resolved=None,
+        layers={1: LayerDecision(layer, off, 32, "", 96, "")},
+    )
+    geo = plan_geometry(decision, {1: False}, pad_to=None, config=wrapper)
+    assert (geo.shared_size, geo.shared_padded) == (256, 384)  # 2 ranks x 96-aligned shares
