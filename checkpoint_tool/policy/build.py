@@ -54,6 +54,7 @@ def decide_policy(
     from checkpoint_tool.policy.prefused import prefused_slots
 
     tgt = target if isinstance(target, Target) else load_rule_table().target(target)
+    parallel = {"tp": tp, "ep": ep, "eplb": eplb, "all2all": all2all}
     check_options(tp=tp, ep=ep, eplb=eplb, fse=fse)
     config = catalog.config or {}
     raw_qc = config.get("quantization_config")
@@ -90,10 +91,7 @@ def decide_policy(
     }
     return PolicyDecision(
         target=tgt,
-        tp=tp,
-        ep=ep,
-        eplb=eplb,
-        all2all=all2all,
+        **parallel,
         fse_mode=fse,
         facts=facts,
         resolved=rc,

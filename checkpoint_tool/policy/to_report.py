@@ -24,6 +24,10 @@ from checkpoint_tool.policy.tp import tp_geometry
 from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.report import Issue
 
+#: what the report repeats of the model facts, as they are
+_LAYER_FIELDS = {"layer", "prefix", "is_mtp", "n_routed", "n_shared", "top_k"}
+_MODEL_FIELDS = {"family", "model_type", "hidden_size", "num_hidden_layers", "num_mtp_layers"}
+
 
 def render_report(decision: PolicyDecision, catalog: Any, findings: list[Issue]) -> PolicyReport:
     """The inspect report of ``decision`` (see the module docstring)."""
@@ -65,12 +69,7 @@ def layer_policy(d: LayerDecision, *, tp: int, ep: bool) -> MoeLayerPolicy:
             layer.shared_intermediate_size, tp, d.shared_alignment, d.shared_alignment_from
         )
     return MoeLayerPolicy(
-        layer=layer.layer,
-        prefix=layer.prefix,
-        is_mtp=layer.is_mtp,
-        n_routed=layer.n_routed,
-        n_shared=layer.n_shared,
-        top_k=layer.top_k,
+        **layer.model_dump(include=_LAYER_FIELDS),
         routed=_expert_schemes(d.routed_schemes, layer, shared=False),
         shared=None
         if layer.n_shared <= 0
@@ -116,11 +115,7 @@ def _model_summary(catalog: Any, facts: ModelFacts, rc: Any) -> ModelSummary:
     else:
         data = sum(e.end - e.begin for e in catalog.tensors.values())
     return ModelSummary(
-        family=facts.family,
-        model_type=facts.model_type,
-        hidden_size=facts.hidden_size,
-        num_hidden_layers=facts.num_hidden_layers,
-        num_mtp_layers=facts.num_mtp_layers,
+        **facts.model_dump(include=_MODEL_FIELDS),
         num_moe_layers=len(facts.moe_layers),
         quant_method=getattr(rc.qconfig, "source", "none"),
         quant_summary=rc.qconfig.summary() if hasattr(rc.qconfig, "summary") else "",

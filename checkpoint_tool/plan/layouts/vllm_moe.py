@@ -91,11 +91,10 @@ def moe_params(b: ParamBuilder, site: MoeSite, layer: MoeLayerFacts) -> list[Par
     for p in params:
         role = b.index.role(b.index.get(f"{modules[0, 'gate']}.{p}"))  # type: ignore[arg-type]
         scalar = not role_shapes.get(role, ())
-        single = scalar and p in sp.per_expert
-        w13 = b.spec.moe.w13.format(param=p)
-        w2 = b.spec.moe.w2.format(param=p)
-        out.append(_w13(b, site, modules, logical, codec, p, role, single, w13, shapes[w13]))
-        out.append(_w2(b, site, modules, logical, codec, p, role, w2, shapes[w2]))
+        w13_projs = ("up",) if scalar and p in sp.per_expert else ("gate", "up")
+        w13, w2 = b.spec.moe.w13.format(param=p), b.spec.moe.w2.format(param=p)
+        out.append(_param(b, site, modules, logical, codec, p, role, w13_projs, shapes[w13]))
+        out.append(_param(b, site, modules, logical, codec, p, role, ("down",), shapes[w2]))
     return out
 
 
@@ -156,7 +155,24 @@ def _slice(
     return narrow_shaped(piece, entry, region.dim, region.start, region.stop)
 
 
-def _w13(
+def _drop_gate_values(b: ParamBuilder, site: MoeSite, modules: dict, p: str, key: str) -> None:
+    """A per-expert value vLLM keeps once for gate and up: the gate's is dropped, named."""
+    for e in range(site.slots):
+        gate = b.index.drop(f"{modules[e, 'gate']}.{p}")
+        for source in {piece.source for piece in gate.pieces}:
+            b.index.planned.dropped.append(
+                DroppedTensor(
+                    name=source,
+                    rule=PER_EXPERT_RULE,
+                    reason=(
+                        f"vLLM's {key} holds one {p} per expert; its loader writes gate then "
+                        "up into the same slot, so the up_proj value is written"
+                    ),
+                )
+            )
+
+
+def _param(
     b: ParamBuilder,
     site: MoeSite,
     modules: dict,
@@ -164,52 +180,23 @@ def _w13(
     codec: Any,
     p: str,
     role: str,
-    single: bool,
-    name: str,
+    projs: tuple[str, ...],
     want: tuple,
 ) -> Param:
+    """``w13_<p>`` (``projs`` gate and up, or up alone: rows) or ``w2_<p>`` (down: columns),
+    every expert slot stacked."""
+    down = projs == ("down",)
+    name = (b.spec.moe.w2 if down else b.spec.moe.w13).format(param=p)
     key = b.keys.key(site.vllm, name)
-    if single:
-        for e in range(site.slots):
-            gate = b.index.drop(f"{modules[e, 'gate']}.{p}")
-            for source in {piece.source for piece in gate.pieces}:
-                b.index.planned.dropped.append(
-                    DroppedTensor(
-                        name=source,
-                        rule=PER_EXPERT_RULE,
-                        reason=(
-                            f"vLLM's {key} holds one {p} per expert; its loader writes gate then "
-                            "up into the same slot, so the up_proj value is written"
-                        ),
-                    )
-                )
-    projs = ("up",) if single else ("gate", "up")
+    if projs == ("up",):
+        _drop_gate_values(b, site, modules, p, key)
     items = [
         (b.index.take(f"{modules[e, proj]}.{p}"), logical[e, proj])
         for e in range(site.slots)
         for proj in projs
     ]
-    what = f"{site.slots} experts x [gate | up] rows"
-    return _stacked(b, site, key, items, codec, role, 0, want, what)
-
-
-def _w2(
-    b: ParamBuilder,
-    site: MoeSite,
-    modules: dict,
-    logical: dict,
-    codec: Any,
-    p: str,
-    role: str,
-    name: str,
-    want: tuple,
-) -> Param:
-    key = b.keys.key(site.vllm, name)
-    items = [
-        (b.index.take(f"{modules[e, 'down']}.{p}"), logical[e, "down"]) for e in range(site.slots)
-    ]
-    what = f"{site.slots} experts x down columns"
-    return _stacked(b, site, key, items, codec, role, 1, want, what)
+    what = f"{site.slots} experts x " + ("down columns" if down else "[gate | up] rows")
+    return _stacked(b, site, key, items, codec, role, 1 if down else 0, want, what)
 
 
 def _stacked(
