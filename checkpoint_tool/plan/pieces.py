@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.catalog.safetensors_format import element_bytes, header_shape, storage_shape
@@ -41,9 +42,18 @@ class Placement:
     copy: bool = False
 
 
+@lru_cache(maxsize=4096)
+def shape_list(shape: tuple[int, ...]) -> list[int]:
+    """One list per distinct shape, shared by every tensor of that shape (a full-size model
+    has ~92k tensors and a few hundred shapes): plan shapes are read-only."""
+    return list(shape)
+
+
 def whole(entry: TensorEntry, ops: tuple[str, ...] = ()) -> Placement:
     """The source tensor as it is."""
-    return Placement((Piece(entry.name),), shape=list(entry.shape), ops=ops, copy=True)
+    return Placement(
+        (Piece.of(entry.name, (), ()),), "single", 0, shape_list(entry.shape), False, ops, True
+    )
 
 
 def _fill(entry: TensorEntry, role: str) -> str:
