@@ -32,6 +32,7 @@ from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.errors import OutputError
 from checkpoint_tool.execute.destination import output_names
 from checkpoint_tool.execute.distributed.split import split_files
+from checkpoint_tool.execute.file_run import FileRun
 from checkpoint_tool.execute.manifest import (
     JOURNAL_NAME,
     MANIFEST_NAME,
@@ -45,7 +46,6 @@ from checkpoint_tool.execute.progress import Progress, make_progress
 from checkpoint_tool.execute.runner import (
     DEFAULT_MEMORY_BUDGET,
     ConvertReport,
-    FileRun,
     check_plan,
     chunk_size,
     file_totals,

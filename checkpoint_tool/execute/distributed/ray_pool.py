@@ -33,9 +33,10 @@ from typing import Any
 
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.errors import CkptError, OutputError, UsageError
+from checkpoint_tool.execute.file_run import FileRun
 from checkpoint_tool.execute.manifest import FileRecord
 from checkpoint_tool.execute.progress import NullProgress
-from checkpoint_tool.execute.runner import FileRun, chunk_size
+from checkpoint_tool.execute.runner import chunk_size
 from checkpoint_tool.execute.source import SourceFiles
 from checkpoint_tool.execute.writer import partial_name
 from checkpoint_tool.plan.model import Plan
