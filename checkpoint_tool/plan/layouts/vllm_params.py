@@ -3,9 +3,8 @@
 Each builder takes one site of the target spec (``checkpoint_tool.targets.instance``), finds
 the planned (HF-layout) tensors it is made of, checks them against the spec (every parameter
 the quant method registers is present, nothing else, sizes as config.json says) and emits one
-``OutputTensor`` per TP rank: the rank's storage slice of each merged shard (the codecs turn the
-logical row/column range into bytes of packed FP4 and whole scale groups/blocks), concatenated
-in shard order; per-tensor values become one entry per shard. Routed experts live in
+``OutputTensor`` per TP rank: the rank's storage slice of each merged shard (codec regions),
+concatenated in shard order; per-tensor values become one entry per shard. Routed experts:
 ``vllm_moe``.
 
 Example (column-parallel ``q_b_proj``, rank 1 of 2)::
@@ -18,6 +17,7 @@ Example (column-parallel ``q_b_proj``, rank 1 of 2)::
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -123,8 +123,8 @@ class ParamBuilder:
         want = list(want)
         same = got == want or (
             combine == "stack"
-            and _prod(got) == _prod(want)
-            and (got[1:] in (want[1:], _halved(want)) or _prod(got[1:]) == 1)
+            and math.prod(got) == math.prod(want)
+            and (got[1:] in (want[1:], _halved(want)) or math.prod(got[1:]) == 1)
         )
         if combine == "single" and not same:
             same = [n for n in got if n != 1] == [n for n in want if n != 1]
@@ -276,7 +276,10 @@ class ParamBuilder:
         axis = 0
         for (_hf, _out), tensor, logical in zip(site.shards, tensors, logicals, strict=True):
             if scalar:
-                if _prod(storage_shape(tensor.dtype, tensor.shape)) != 1 or len(tensor.pieces) != 1:
+                if (
+                    math.prod(storage_shape(tensor.dtype, tensor.shape)) != 1
+                    or len(tensor.pieces) != 1
+                ):
                     raise InputError(
                         f"{self.index.ctx.catalog.root}: {tensor.name} has shape {tensor.shape}; "
                         f"vLLM's {name} holds one value per shard"
@@ -387,13 +390,6 @@ class ParamBuilder:
             layer=site.layer,
         )
         return Param(site.name, [copy.copy(tensor) for _ in range(self.tp)])
-
-
-def _prod(shape: Sequence[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def _halved(want: Sequence[int]) -> list[int]:
