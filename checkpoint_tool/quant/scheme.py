@@ -70,22 +70,6 @@ class Scheme(BaseModel):
     def quantized(self) -> bool:
         return self.format is not WeightFormat.UNQUANTIZED
 
-    @property
-    def alignment(self) -> int:
-        """Granularity of the *input* (last) dim: slices of it must be multiples of this."""
-        if self.format in (WeightFormat.MXFP4, WeightFormat.NVFP4, WeightFormat.MXFP8):
-            return int(self.group_size or 1)
-        if self.format is WeightFormat.FP8_BLOCK and self.block:
-            return int(self.block[1])
-        return 1
-
-    @property
-    def row_alignment(self) -> int:
-        """Granularity of the *output* (first) dim."""
-        if self.format is WeightFormat.FP8_BLOCK and self.block:
-            return int(self.block[0])
-        return 1
-
     def storage_identity(self) -> tuple:
         """What the stored bytes are: format, weight dtypes, block, group size, scale encoding
         and dtypes. Equal for two schemes that store a weight the same way, whatever rule,

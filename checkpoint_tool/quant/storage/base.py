@@ -53,6 +53,11 @@ class Axis:
         return f"one {role} element covers {self.unit}"
 
 
+def round_up(n: int, unit: int) -> int:
+    """``n`` rounded up to a multiple of ``unit``: ``round_up(80, 32)`` -> ``96``."""
+    return -(-n // unit) * unit
+
+
 def normalize_dim(dim: int, ndim: int, *, what: str = "") -> int:
     if not -ndim <= dim < ndim:
         raise InputError(f"{what}dim {dim} is out of range for a {ndim}-d tensor")

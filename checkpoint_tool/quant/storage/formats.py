@@ -272,6 +272,20 @@ def get_storage_format(scheme: Scheme) -> StorageFormat:
     return storage_for_format(**scheme_arguments(scheme))
 
 
+def scheme_alignment(scheme: Scheme, dim: int) -> int:
+    """Logical granularity of slices of ``dim`` (-2: rows, out; -1: columns, in) of a weight
+    stored per ``scheme``: the storage codec's ``alignment``, from the scheme's geometry alone
+    (dtypes do not change it). 1 for a scheme ckpt has no codec for.
+
+    Example: MXFP4/32 -> -1: 32 (scale groups, two values a byte), -2: 1;
+    fp8_block[128,64] -> -2: 128, -1: 64.
+    """
+    if scheme.format is WeightFormat.UNSUPPORTED:
+        return 1
+    storage = storage_for_format(scheme.format, block=scheme.block, group_size=scheme.group_size)
+    return storage.alignment(dim, (1, 1))
+
+
 def _first(dtypes: Iterable[str]) -> str | None:
     for d in dtypes:
         return d
