@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from checkpoint_tool.catalog.bulk import gc_paused
 from checkpoint_tool.catalog.header_pool import HeaderReader
 from checkpoint_tool.catalog.paths import safe_relative
 from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES, FileHeader
@@ -143,13 +142,7 @@ def open_local(
 ) -> Catalog:
     """Open a local folder (or one file inside it) as a catalog (``meanwhile``: see
     ``open_catalog``)."""
-    with gc_paused():  # ~1M acyclic objects for a full R1: no cycles to look for
-        return _open_local(Path(root), single_file, meanwhile)
-
-
-def _open_local(
-    root: Path, single_file: str | None, meanwhile: Callable[[], object] | None
-) -> Catalog:
+    root = Path(root)
     if not root.exists():
         raise InputError(f"{root}: no such file or folder; give a checkpoint folder or a repo id")
     config = _read_json_if_present(root / "config.json")

@@ -29,12 +29,8 @@ from checkpoint_tool.quant.codecs.e8m0 import decode_e8m0
 from checkpoint_tool.quant.codecs.fp8 import decode_fp8_e4m3
 from checkpoint_tool.quant.configs.names import non_linear_reason
 from checkpoint_tool.quant.configs.shapes import expected_siblings, logical_shape
-from checkpoint_tool.quant.resolve import (
-    FUSED_EXPERT_SUFFIXES,
-    ResolvedCatalog,
-    resolve_catalog,
-    storage_key,
-)
+from checkpoint_tool.quant.findings import catalog_findings
+from checkpoint_tool.quant.resolve import FUSED_EXPERT_SUFFIXES, ResolvedCatalog, resolve_catalog
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 from checkpoint_tool.report import Issue
 
@@ -101,7 +97,7 @@ class TensorReport(BaseModel):
 
 
 def _facts(scheme: Scheme, producer: Scheme | None) -> SchemeFacts:
-    differs = producer is not None and storage_key(producer) != storage_key(scheme)
+    differs = producer is not None and producer.producer_identity() != scheme.producer_identity()
     return SchemeFacts(
         short=scheme.short(),
         format=scheme.format.value,
@@ -255,7 +251,7 @@ def tensor_report(
         if not t.module.endswith(FUSED_EXPERT_SUFFIXES) and scheme.source != "none":
             producer = rc.qconfig.producer_scheme_for(t.module)
     related = {name} | {n for n, r in rc.tensors.items() if r.module == t.module}
-    issues = [i for i in rc.issues if i.tensor in related]
+    issues = [i for i in catalog_findings(cat, rc) if i.tensor in related]
     writer = _NpyWriter(out) if out else None
     try:
         acc, scales, logical, decoded = _decode(cat, rc, name, writer)
