@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from checkpoint_tool.quant.configs.base import fp8_block_scheme, mxfp4_scheme
+from checkpoint_tool.quant.configs.base import fp8_block_scheme, mxfp4_scheme, mxfp8_scheme
 from checkpoint_tool.quant.configs.deepseek_fp8 import Fp8LayerSkips
 from checkpoint_tool.quant.configs.names import expert_parts
-from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+from checkpoint_tool.quant.scheme import Scheme
 
 
 class DeepSeekV4Config(Fp8LayerSkips):
@@ -77,16 +77,12 @@ class DeepSeekV4Config(Fp8LayerSkips):
         (``engram.embed.scale``, or ``weight_scale`` in Quark's spelling): an MXFP8 layout.
         """
         if module.endswith("engram.embed") or module.endswith("engram.embed_tokens"):
-            return Scheme(
-                format=WeightFormat.MXFP8,
-                weight_dtypes=("F8_E4M3",),
-                group_size=32,
-                scale_suffix="scale",
-                scale_dtypes=("F8_E8M0", "U8"),
-                scale_is_e8m0=True,
-                activation=None,
+            return mxfp8_scheme(
                 source=self.source,
                 rule="engram embedding table: FP8 rows, E8M0 scale per 32 columns",
+                scale_suffix="scale",
+                scale_dtypes=("F8_E8M0", "U8"),
+                activation=None,
             )
         return None
 
