@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from checkpoint_tool.catalog.header_pool import HeaderReader
-from checkpoint_tool.catalog.paths import safe_relative
+from checkpoint_tool.catalog.paths import listed, safe_relative
 from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES, FileHeader, TensorEntry
 from checkpoint_tool.errors import InputError
 
@@ -68,13 +68,14 @@ class Catalog:
         return self.root / file
 
     def get(self, name: str) -> TensorEntry:
-        try:
-            return self.tensors[name]
-        except KeyError:
-            raise InputError(
+        return listed(
+            self.tensors,
+            name,
+            lambda: (
                 f"{self.source or self.root}: no tensor named {name!r}; "
                 "`ckpt inspect` lists the tensors the checkpoint has"
-            ) from None
+            ),
+        )
 
     @property
     def side_files(self) -> list[str]:
