@@ -1,7 +1,8 @@
 """Resolve every tensor of a checkpoint to its module, role and quantization scheme.
 
 ``resolve_tensor`` answers for one name; ``resolve_catalog`` for a whole catalog (plain data:
-the config model and name -> ``ResolvedTensor``). What the headers say against the config
+the config model, name -> ``ResolvedTensor`` and the tensors of each module; config loading is
+``quant.configs.load``, re-exported here). What the headers say against the config
 (missing scales, wrong dtypes, ...) is a separate step: ``quant.findings.catalog_findings``.
 ``scheme_differences`` lists the modules vLLM reads differently from their producer.
 
@@ -23,13 +24,12 @@ from pydantic import BaseModel
 
 from checkpoint_tool.quant.configs import DeepSeekV4Config, QuantConfig
 from checkpoint_tool.quant.configs.base import FLOAT_DTYPES, unquantized
-from checkpoint_tool.quant.configs.load import SUPPORTED_METHODS, load_quant_config
+from checkpoint_tool.quant.configs.load import load_quant_config
 from checkpoint_tool.quant.configs.names import expert_key, non_linear_reason, split_tensor_name
 from checkpoint_tool.quant.roles import ROLE_BY_SUFFIX, SCALE_ROLES, Role
 from checkpoint_tool.quant.scheme import Scheme
 
 __all__ = [
-    "SUPPORTED_METHODS",
     "ResolvedCatalog",
     "ResolvedTensor",
     "Role",
