@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from checkpoint_tool.quant.configs import QuarkConfig
-from checkpoint_tool.quant.configs.names import PACKED_SHARD_NAMES, expert_key, packed_siblings
+from checkpoint_tool.quant.configs.names import PACKED_SHARD_NAMES, packed_siblings
 from checkpoint_tool.quant.configs.shapes import expected_siblings, weight_shape_problem
-from checkpoint_tool.quant.resolve import FUSED_EXPERT_SUFFIXES, ResolvedCatalog, ResolvedTensor
+from checkpoint_tool.quant.resolve import FUSED_EXPERT_SUFFIXES, ResolvedCatalog
 from checkpoint_tool.quant.roles import SCALE_ROLES
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 from checkpoint_tool.report import Issue
@@ -45,12 +45,11 @@ def catalog_findings(
     results must be the check's own (plain tuples), in order.
     """
     records: list[Record] = list(_config_records(rc))
-    check = _ModuleCheck(catalog, rc.tensors)
+    check = _ModuleCheck(catalog, rc)
     modules = list(rc.modules.items())
     per_module = spread(check, modules) if spread is not None else [check(m) for m in modules]
     for found in per_module:
         records.extend(found)
-    records.extend(_packed_records(catalog, rc))
     issues = [Issue(severity=v, tensor=t, file=f, rule=r, message=m) for v, t, f, r, m in records]
     issues.sort(key=_issue_order)
     return issues
@@ -78,16 +77,18 @@ def _why(scheme: Scheme) -> str:
 
 
 class _ModuleCheck:
-    """The findings of one module: ``check((module, parts)) -> (Record, ...)``.
+    """The findings of one module: ``check((module, parts)) -> (Record, ...)``; a module that
+    is the first stored shard of a packed layer also answers for the layer.
 
     ``parts``: suffix -> tensor name of every tensor of the module, in catalog order.
     ``expected_siblings`` is memoized per scheme object, weight dtype and shape: a catalog's
     ~46k modules hold a handful of distinct schemes (shared through the resolve cache).
     """
 
-    def __init__(self, catalog: Any, tensors: dict[str, ResolvedTensor]) -> None:
+    def __init__(self, catalog: Any, rc: ResolvedCatalog) -> None:
         self.headers = catalog.tensors
-        self.tensors = tensors
+        self.tensors = rc.tensors
+        self.weights = rc.weights()
         self._memo: dict[tuple[int, str, tuple[int, ...]], tuple[Scheme, dict]] = {}
 
     def expected(self, scheme: Scheme, dtype: str, shape: tuple[int, ...]) -> dict[str, Any]:
@@ -102,7 +103,16 @@ class _ModuleCheck:
         return (severity, name, entry.file if entry else None, rule, message)
 
     def __call__(self, item: tuple[str, dict[str, str]]) -> tuple[Record, ...]:
-        module, parts = item
+        found = self.module(*item)
+        # cheap first cut (~46k modules): a packed shard's last component
+        if item[0].rpartition(".")[2] in PACKED_SHARD_NAMES and item[0] in self.weights:
+            packed = self.packed(item[0])
+            if packed is not None:
+                return (*found, packed)
+        return found
+
+    def module(self, module: str, parts: dict[str, str]) -> tuple[Record, ...]:
+        """Findings of the module's own tensors: weight dtype and shape, scales."""
         tensors, headers, record = self.tensors, self.headers, self.record
         weight = None
         scales: list[tuple[str, str]] = []  # (suffix, name) of the scale-like tensors
@@ -163,33 +173,23 @@ class _ModuleCheck:
                 out.append(record("unexplained_tensor", name, msg))
         return tuple(out)
 
-
-def _packed_records(catalog: Any, rc: ResolvedCatalog) -> list[Record]:
-    """Packed shards (q/k/v, gate/up of one layer) whose schemes differ: vLLM loads them into
-    one layer and deep-compares their configs (``producer_identity``: spec included)."""
-    weights = rc.weights()
-    record = _ModuleCheck(catalog, rc.tensors).record
-    seen: set[tuple[str, ...]] = set()
-    out: list[Record] = []
-    # cheap first cut (~46k modules): a packed shard's last component, not a routed expert
-    maybe = sorted(
-        m for m in weights if m.rpartition(".")[2] in PACKED_SHARD_NAMES and expert_key(m) is None
-    )
-    for module in maybe:
+    def packed(self, module: str) -> Record | None:
+        """If ``module`` is the first stored shard of a packed layer (q/k/v, gate/up) whose
+        shards' schemes differ: vLLM loads them into one layer and deep-compares their
+        configs (``producer_identity``: spec included)."""
         packed = packed_siblings(module)  # None for routed experts
         if packed is None:
-            continue
+            return None
         fused, shards = packed
-        present = tuple(s for s in shards if s in weights)
-        if len(present) < 2 or present in seen:
-            continue
-        seen.add(present)
-        schemes = [weights[s].scheme for s in present]
-        if len({s.producer_identity() for s in schemes}) > 1:
-            detail = "; ".join(
-                f"{s.rsplit('.', 1)[-1]}: {sc.short()} ({sc.rule})"
-                for s, sc in zip(present, schemes, strict=True)
-            )
-            msg = f"vLLM loads these shards into one {fused} layer and needs one scheme: {detail}"
-            out.append(record("packed_mismatch", weights[present[0]].name, msg))
-    return out
+        present = [s for s in shards if s in self.weights]
+        if len(present) < 2 or present[0] != module:
+            return None
+        schemes = [self.weights[s].scheme for s in present]
+        if len({s.producer_identity() for s in schemes}) == 1:
+            return None
+        detail = "; ".join(
+            f"{s.rsplit('.', 1)[-1]}: {sc.short()} ({sc.rule})"
+            for s, sc in zip(present, schemes, strict=True)
+        )
+        msg = f"vLLM loads these shards into one {fused} layer and needs one scheme: {detail}"
+        return self.record("packed_mismatch", self.weights[module].name, msg)

@@ -22,6 +22,8 @@ CONFIG = {
         "fmt": "e4m3",
         "activation_scheme": "dynamic",
         "weight_block_size": [128, 128],
+        # one shard of layer 0's fused_qkv_a_proj left in float: a packed_mismatch
+        "ignored_layers": ["model.layers.0.self_attn.q_a_proj"],
     },
 }
 
@@ -74,7 +76,12 @@ def test_spread_findings_equal_single_process(monkeypatch, seed):
     if sys.platform == "linux" and (os.cpu_count() or 1) >= 2:
         assert ran  # the child really ran
     assert spread == serial
-    assert {i["rule"] for i in serial} >= {"missing_scale", "scale_shape", "scale_dtype"}
+    assert {i["rule"] for i in serial} >= {
+        "missing_scale",
+        "scale_shape",
+        "scale_dtype",
+        "packed_mismatch",
+    }
 
 
 def test_child_failure_is_computed_here(monkeypatch):
