@@ -2,12 +2,13 @@
 
 ckpt's header-only work on a full-size checkpoint (~92k tensors) is pure Python, bound to one
 core by the interpreter lock. Where two independent pieces exist (the two halves of the
-headers; the per-module checks and the policy), one runs in a forked child that shares the
+headers; two halves of the per-module findings), one runs in a forked child that shares the
 parent's memory copy-on-write and sends its result back through a pipe as one ``marshal``
 blob (plain tuples, lists, dicts, strings and numbers: no pickle, no objects).
 
 ``spread_map(fn, items)`` is the common use: ``[fn(x) for x in items]`` with the first part
-of a long list computed in a child meanwhile.
+of a long list computed in a child meanwhile; a caller passes it to a step that takes a
+``spread`` (``quant.findings.catalog_findings``), which otherwise runs inline.
 
 Used only where forking is safe and useful: Linux, two cores or more, and no other thread
 in this process. ``result()`` is None whenever the child gave no complete answer (it
