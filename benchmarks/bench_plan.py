@@ -53,6 +53,15 @@ def main() -> None:
     ap.add_argument("--tp", type=int, action="append", help="TP sizes to plan (default 8 and 3)")
     args = ap.parse_args()
 
+    from checkpoint_tool.catalog.bulk import gc_paused
+
+    src = args.src or build_r1(args.work)
+    # as the CLI: ``ckpt plan`` pauses cyclic garbage collection over its header-only work
+    with gc_paused():
+        _plan_all(src, args.tp or [8, 3])
+
+
+def _plan_all(src: Path, tps: list[int]) -> None:
     from checkpoint_tool.catalog.catalog import open_catalog
     from checkpoint_tool.plan.build import build_plan
     from checkpoint_tool.plan.model import PlanOptions
@@ -60,14 +69,13 @@ def main() -> None:
     from checkpoint_tool.quant.resolve import resolve_catalog
     from checkpoint_tool.recipes import auto_recipe
 
-    src = args.src or build_r1(args.work)
     print(f"source: {src}")
     cat, base_wall, base_cpu = timed("open catalog (all headers)", lambda: open_catalog(src))
     data = sum(e.nbytes for e in cat.tensors.values())
     print(f"  {len(cat.tensors)} tensors in {len(cat.files)} shards, {data / 1e9:.1f} GB of data")
     rc, *_ = timed("resolve schemes", lambda: resolve_catalog(cat))
     recipe = auto_recipe(cat)
-    for tp in args.tp or [8, 3]:
+    for tp in tps:
         print(f"--tp {tp} (recipe {recipe.name})")
         policy, *_ = timed("policy", lambda tp=tp: build_policy(cat, tp=tp, resolved=rc))
         plan, wall, cpu = timed(

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from checkpoint_tool.errors import UsageError
+from checkpoint_tool.forked import spread_map
 from checkpoint_tool.model import PROJS, ModelFacts, MoeLayerFacts, family_of, model_facts
 from checkpoint_tool.policy.consistency import moe_structure_issues, unmatched_pattern_issues
 from checkpoint_tool.policy.fse import apply_model_rules, decide_layer, prefused_decision
@@ -34,6 +35,7 @@ from checkpoint_tool.policy.report import (
 )
 from checkpoint_tool.policy.summary import padding_issues, summarize
 from checkpoint_tool.policy.tp import intermediate_alignment, tp_geometry
+from checkpoint_tool.quant.findings import catalog_findings
 from checkpoint_tool.quant.resolve import ResolvedCatalog, resolve_catalog
 from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.report import Issue
@@ -105,11 +107,11 @@ def build_policy(
         layers.append(_layer_policy(layer, routed, shared, decisions[layer.layer], tp=tp, ep=ep))
 
     where = str(catalog.root / "config.json")
-    # rc.issues last: on a large catalog they may still be computed by a forked child
+    findings = catalog_findings(catalog, rc, spread=spread_map)
     structure = moe_structure_issues(facts, catalog.tensors, prefused)
     unmatched = unmatched_pattern_issues(rc.qconfig, catalog.tensors, where)
     padding = padding_issues(layers)
-    issues: list[Issue] = [*option_issues, *rc.issues, *structure, *unmatched, *padding]
+    issues: list[Issue] = [*option_issues, *findings, *structure, *unmatched, *padding]
     issues = _dedupe(issues)
     return PolicyReport(
         source=str(getattr(catalog, "source", "") or catalog.root),
