@@ -2,9 +2,13 @@
 
 ckpt's header-only work on a full-size checkpoint (~92k tensors) is pure Python, bound to one
 core by the interpreter lock. Where two independent pieces exist (the two halves of the
-headers; the per-module checks and the policy), one runs in a forked child that shares the
+headers; two halves of the per-module findings), one runs in a forked child that shares the
 parent's memory copy-on-write and sends its result back through a pipe as one ``marshal``
 blob (plain tuples, lists, dicts, strings and numbers: no pickle, no objects).
+
+``spread_map(fn, items)`` is the common use: ``[fn(x) for x in items]`` with the first part
+of a long list computed in a child meanwhile; a caller passes it to a step that takes a
+``spread`` (``quant.findings.catalog_findings``), which otherwise runs inline.
 
 Used only where forking is safe and useful: Linux, two cores or more, and no other thread
 in this process. ``result()`` is None whenever the child gave no complete answer (it
@@ -27,8 +31,11 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: ckpt's own executor pools (``execute.hashed_output``) are named so; they sit idle outside
 #: ``execute_plan``, which never forks, and a child never touches them
@@ -114,3 +121,32 @@ class Forked:
             pass
         os.waitpid(self.pid, 0)
         self.pid = -1
+
+
+#: ``spread_map`` forks only for at least this many items (a fork and the answer's trip
+#: through the pipe cost a few ms; a full DeepSeek-R1 has ~46k modules to check)
+SPREAD_MIN_ITEMS = 8192
+#: the child's share of the items; this process maps the rest meanwhile
+SPREAD_CHILD_SHARE = 0.5
+
+
+def spread_map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``[fn(x) for x in items]``, the first part computed in a forked child when there are
+    many items and forking is safe (``can_fork``); ``fn``'s results must be ``marshal``-able.
+
+    The answer does not depend on whether a child ran: a child that gives no answer has its
+    part computed here. Example: ``spread_map(len, ["ab", "c"])`` -> ``[2, 1]``.
+    """
+    if len(items) < SPREAD_MIN_ITEMS or not can_fork():
+        return [fn(x) for x in items]
+    cut = int(len(items) * SPREAD_CHILD_SHARE)
+    child = Forked(_map, fn, items[:cut])
+    mine = [fn(x) for x in items[cut:]]
+    theirs = child.result()
+    if theirs is None:
+        theirs = [fn(x) for x in items[:cut]]
+    return [*theirs, *mine]
+
+
+def _map(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    return [fn(x) for x in items]

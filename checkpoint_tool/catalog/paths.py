@@ -1,4 +1,4 @@
-"""Lexical path safety for names a checkpoint's index gives us.
+"""Names a checkpoint gives us: lexical path safety, and looking a listed name up.
 
 Checked on the text, not by resolving symlinks: Hugging Face caches link every shard to a blob
 outside the snapshot folder (``../../blobs/<sha>``), which is fine; an index entry that
@@ -9,12 +9,29 @@ Example::
     safe_relative("model-00001-of-00002.safetensors")  # 'model-00001-of-00002.safetensors'
     safe_relative("sub/./a.safetensors")               # 'sub/a.safetensors'
     safe_relative("../outside.safetensors")            # None
+    listed(cat.tensors, "x.weight", lambda: "no tensor named 'x.weight'")  # InputError
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
+from collections.abc import Callable, Mapping
+from typing import TypeVar
+
+from checkpoint_tool.errors import InputError
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def listed(names: Mapping[K, V], name: K, missing: Callable[[], str]) -> V:
+    """``names[name]``, or an ``InputError`` whose message ``missing()`` says what is absent
+    and what to do (built only then)."""
+    try:
+        return names[name]
+    except KeyError:
+        raise InputError(missing()) from None
 
 
 def safe_relative(rel: object) -> str | None:

@@ -9,7 +9,9 @@ Example::
 
     header = read_header(Path("model-00001-of-00002.safetensors"))
     header.tensors["model.layers.3.mlp.experts.0.gate_proj.weight"]
-    # TensorHeader(dtype='U8', shape=(192, 128), begin=4096, end=28672)   (absolute offsets)
+    # TensorEntry(name='model.layers.3.mlp.experts.0.gate_proj.weight',
+    #             file='model-00001-of-00002.safetensors', dtype='U8', shape=(192, 128),
+    #             begin=4096, end=28672)   (absolute offsets)
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from checkpoint_tool.errors import InputError
 
@@ -113,10 +115,19 @@ def element_bytes(dtype: str) -> int:
     return bits // 8 if bits % 8 == 0 else 1
 
 
-@dataclass(frozen=True)
-class TensorHeader:
-    """One header entry with absolute byte offsets ``[begin, end)`` in its file."""
+class TensorEntry(NamedTuple):
+    """One tensor as its header records it: where it lives (``file``, absolute byte offsets
+    ``[begin, end)``), its dtype and shape. A catalog's ``file`` is relative to its root; a
+    ``FileHeader``'s is the file's name.
 
+    ``TensorEntry(name='model.norm.weight', file='model-00001-of-00002.safetensors',
+    dtype='BF16', shape=(7168,), begin=80, end=14416)``. A named tuple (immutable, compared by
+    value): a catalog holds ~92k of them for a DeepSeek-R1, and one is built in a third of the
+    time of a frozen dataclass.
+    """
+
+    name: str
+    file: str
     dtype: str
     shape: tuple[int, ...]
     begin: int
@@ -127,6 +138,10 @@ class TensorHeader:
         return self.end - self.begin
 
 
+#: the same record under the name validate's header scan uses
+TensorHeader = TensorEntry
+
+
 #: one validated header entry: ``(name, dtype, shape, begin, end)``, offsets absolute
 HeaderEntry = tuple[str, str, tuple[int, ...], int, int]
 
@@ -135,7 +150,7 @@ HeaderEntry = tuple[str, str, tuple[int, ...], int, int]
 class FileHeader:
     """A parsed, validated safetensors header.
 
-    ``entries`` are plain tuples in header order; ``tensors`` (name -> ``TensorHeader``) is
+    ``entries`` are plain tuples in header order; ``tensors`` (name -> ``TensorEntry``) is
     built from them on first use (the catalog reads ``entries`` directly: ~92k per R1).
     """
 
@@ -149,9 +164,19 @@ class FileHeader:
     def data_start(self) -> int:
         return 8 + self.header_len
 
+    @property
+    def file(self) -> str:
+        """The file's name (``path`` may be a remote label)."""
+        return _file_name(self.path)
+
     @cached_property
-    def tensors(self) -> dict[str, TensorHeader]:
-        return {name: TensorHeader(*rest) for name, *rest in self.entries}
+    def tensors(self) -> dict[str, TensorEntry]:
+        file = self.file
+        return {name: TensorEntry(name, file, *rest) for name, *rest in self.entries}
+
+
+def _file_name(path: Path | str) -> str:
+    return Path(str(path)).name
 
 
 def read_header(path: Path) -> FileHeader:
@@ -243,7 +268,8 @@ def _parse_entries(
     spans.sort()
     if any(here[0] < prev[1] for prev, here in pairwise(spans)):
         # raises, naming the two tensors
-        _check_no_overlap(path, {name: TensorHeader(*rest) for name, *rest in entries})
+        file = _file_name(path)
+        _check_no_overlap(path, {name: TensorEntry(name, file, *rest) for name, *rest in entries})
     return tuple(entries)
 
 
@@ -274,7 +300,7 @@ def _well_formed(info: Any, data_len: int) -> tuple[str, tuple[int, ...], int, i
 
 def _parse_entry(
     path: Path, name: str, info: object, data_start: int, data_len: int
-) -> TensorHeader:
+) -> TensorEntry:
     if not isinstance(info, dict):
         raise InputError(
             f"{path}: tensor {name!r}: header entry is not an object; shard is corrupt"
@@ -308,10 +334,11 @@ def _parse_entry(
             f"{path}: tensor {name!r}: {end - begin} bytes on disk but {dtype}{shape} needs "
             f"{expected}; the header is corrupt"
         )
-    return TensorHeader(dtype, tuple(shape), data_start + begin, data_start + end)
+    file = _file_name(path)
+    return TensorEntry(name, file, dtype, tuple(shape), data_start + begin, data_start + end)
 
 
-def _check_no_overlap(path: Path, tensors: dict[str, TensorHeader]) -> None:
+def _check_no_overlap(path: Path, tensors: dict[str, TensorEntry]) -> None:
     ordered = sorted(tensors.items(), key=lambda kv: (kv[1].begin, kv[1].end))
     prev_name, prev_end = None, -1
     for name, t in ordered:

@@ -161,7 +161,7 @@ def edit_config(
 
 
 def _storage_key(scheme: Any) -> tuple:
-    return (scheme.format, scheme.block, scheme.group_size, scheme.scale_is_e8m0)
+    return scheme.storage_identity()
 
 
 def check_schemes(

@@ -30,7 +30,6 @@ from checkpoint_tool.policy.report import FseDecision, FseMode, PolicyReport
 from checkpoint_tool.policy.tp import intermediate_alignment
 from checkpoint_tool.quant.resolve import ResolvedCatalog, resolve_catalog
 from checkpoint_tool.quant.scheme import Scheme
-from checkpoint_tool.report import Issue
 
 FSE_MODES = ("auto", "on", "off")
 
@@ -103,20 +102,19 @@ def decide_policy(
 def build_policy(
     catalog: Any,
     *,
-    findings: Callable[[], list[Issue]] | None = None,
+    spread: Callable[..., list[Any]] | None = None,
     **options: Any,
 ) -> PolicyReport:
-    """``decide_policy(catalog, **options)`` rendered as the ``ckpt inspect`` report.
-
-    ``findings`` returns the catalog's scheme findings (missing scales, wrong dtypes, ...);
-    by default they are computed here, in this process.
-    """
+    """``decide_policy(catalog, **options)`` rendered as the ``ckpt inspect`` report, with the
+    catalog's scheme findings (``quant.findings``). ``spread`` runs the per-module checks
+    (the CLI passes ``forked.spread_map``: half of them in a forked child on a large catalog);
+    by default they run here."""
     from checkpoint_tool.policy.to_report import render_report
+    from checkpoint_tool.quant.findings import catalog_findings
 
     decision = decide_policy(catalog, **options)
-    rc = decision.resolved
-    found = findings() if findings is not None else list(rc.issues)
-    return render_report(decision, catalog, found)
+    findings = catalog_findings(catalog, decision.resolved, spread=spread)
+    return render_report(decision, catalog, findings)
 
 
 def check_options(*, tp: int, ep: bool = False, eplb: bool = False, fse: str = "auto") -> None:

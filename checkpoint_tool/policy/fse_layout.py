@@ -60,11 +60,6 @@ def _no(code: str, **params: object) -> GateResult:
     return GateResult(False, code, CKPT_REASONS[code], {k: str(v) for k, v in params.items()})
 
 
-def storage_key(s: Scheme) -> tuple:
-    """What must agree for two experts to share one grouped GEMM."""
-    return (s.format, s.block, s.group_size, s.scale_is_e8m0)
-
-
 def layout_check(
     layer: MoeLayerFacts, routed: Mapping[str, Scheme], shared: Mapping[str, Scheme]
 ) -> GateResult:
@@ -72,8 +67,9 @@ def layout_check(
     prefix = layer.shared_prefix or ""
     if not shared:
         return _no("shared_tensors_missing", prefix=prefix)
-    r_keys = {storage_key(s) for s in routed.values()}
-    s_keys = {storage_key(s) for s in shared.values()}
+    # what must agree for two experts to share one grouped GEMM: what their bytes are
+    r_keys = {s.storage_identity() for s in routed.values()}
+    s_keys = {s.storage_identity() for s in shared.values()}
     if len(r_keys | s_keys) > 1:
         return _no(
             "stored_schemes_differ",

@@ -20,24 +20,23 @@ import math
 from collections.abc import Iterable
 
 from checkpoint_tool.policy.report import TpGeometry
-from checkpoint_tool.quant.scheme import Scheme, WeightFormat
-
-_FP4 = (WeightFormat.MXFP4, WeightFormat.NVFP4)
+from checkpoint_tool.quant.scheme import Scheme
+from checkpoint_tool.quant.storage import round_up, scheme_alignment
 
 
 def split_alignment(scheme: Scheme, proj: str) -> tuple[int, str]:
-    """Granularity of the intermediate dim in ``proj`` under ``scheme``, and why.
+    """Granularity of the intermediate dim in ``proj`` under ``scheme``, and why: the storage
+    codec's alignment of the dim vLLM splits (``quant.storage.scheme_alignment``).
 
-    gate/up: rows (``row_alignment``: 128 for block FP8, else 1); down: columns
-    (``alignment``: group or block size; 2 for packed FP4 at least).
+    gate/up: rows (128 for block FP8, else 1); down: columns (group or block size; 2 for
+    packed FP4 at least). ``split_alignment(mxfp4, "down")`` -> ``(32, 'down mxfp4/32
+    (input groups)')``.
     """
     if proj == "down":
-        a = scheme.alignment
-        if scheme.format in _FP4:
-            a = math.lcm(a, 2)
+        a = scheme_alignment(scheme, -1)
         what = "input groups" if scheme.group_size else "input blocks" if scheme.block else ""
         return a, f"down {scheme.short()}" + (f" ({what})" if what and a > 1 else "")
-    a = scheme.row_alignment
+    a = scheme_alignment(scheme, -2)
     return a, f"{proj} {scheme.short()}" + (" (row blocks)" if a > 1 else "")
 
 
@@ -60,7 +59,7 @@ def tp_geometry(size: int, tp: int, alignment: int, alignment_from: str = "") ->
     divisible = size % tp == 0
     aligned = divisible and per_rank % alignment == 0
     unit = tp * alignment
-    pad_to = size if aligned else max(unit, -(-size // unit) * unit)
+    pad_to = size if aligned else max(unit, round_up(size, unit))
     return TpGeometry(
         size=size,
         tp=tp,

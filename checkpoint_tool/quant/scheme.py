@@ -70,21 +70,39 @@ class Scheme(BaseModel):
     def quantized(self) -> bool:
         return self.format is not WeightFormat.UNQUANTIZED
 
-    @property
-    def alignment(self) -> int:
-        """Granularity of the *input* (last) dim: slices of it must be multiples of this."""
-        if self.format in (WeightFormat.MXFP4, WeightFormat.NVFP4, WeightFormat.MXFP8):
-            return int(self.group_size or 1)
-        if self.format is WeightFormat.FP8_BLOCK and self.block:
-            return int(self.block[1])
-        return 1
+    def storage_identity(self) -> tuple:
+        """What the stored bytes are: format, weight dtypes, block, group size, scale encoding
+        and dtypes. Equal for two schemes that store a weight the same way, whatever rule,
+        source, scale names or raw producer spec gave them (e.g. two Quark specs that differ
+        in a key that does not change the bytes).
 
-    @property
-    def row_alignment(self) -> int:
-        """Granularity of the *output* (first) dim."""
-        if self.format is WeightFormat.FP8_BLOCK and self.block:
-            return int(self.block[0])
-        return 1
+        Example: ``mxfp4_scheme(source="quark", rule="...").storage_identity()`` ->
+        ``(WeightFormat.MXFP4, ('U8',), None, 32, True, ('U8',))``
+        """
+        return (
+            self.format,
+            self.weight_dtypes,
+            self.block,
+            self.group_size,
+            self.scale_is_e8m0,
+            self.scale_dtypes,
+        )
+
+    def producer_identity(self) -> tuple:
+        """``storage_identity`` plus the scale tensors' names and the raw producer spec: strict,
+        for telling how vLLM reads a module from how its producer wrote it (and for vLLM's own
+        deep comparison of the shard configs it merges).
+
+        Example: two Quark specs that differ only in an ignored key have the same
+        ``storage_identity()`` but different ``producer_identity()``.
+        """
+        return (
+            *self.storage_identity(),
+            self.scale_suffix,
+            self.global_scale_suffix,
+            self.input_scale_suffix,
+            repr(self.spec),
+        )
 
     def scale_names(self, module: str) -> list[str]:
         """Names of the sibling tensors this scheme expects next to ``module.weight``."""

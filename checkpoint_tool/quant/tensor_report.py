@@ -29,12 +29,9 @@ from checkpoint_tool.quant.codecs.e8m0 import decode_e8m0
 from checkpoint_tool.quant.codecs.fp8 import decode_fp8_e4m3
 from checkpoint_tool.quant.configs.names import non_linear_reason
 from checkpoint_tool.quant.configs.shapes import expected_siblings, logical_shape
-from checkpoint_tool.quant.resolve import (
-    FUSED_EXPERT_SUFFIXES,
-    ResolvedCatalog,
-    resolve_catalog,
-    storage_key,
-)
+from checkpoint_tool.quant.findings import catalog_findings
+from checkpoint_tool.quant.resolve import FUSED_EXPERT_SUFFIXES, ResolvedCatalog, resolve_catalog
+from checkpoint_tool.quant.roles import SCALE_ROLES
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 from checkpoint_tool.report import Issue
 
@@ -101,7 +98,7 @@ class TensorReport(BaseModel):
 
 
 def _facts(scheme: Scheme, producer: Scheme | None) -> SchemeFacts:
-    differs = producer is not None and storage_key(producer) != storage_key(scheme)
+    differs = producer is not None and producer.producer_identity() != scheme.producer_identity()
     return SchemeFacts(
         short=scheme.short(),
         format=scheme.format.value,
@@ -158,31 +155,34 @@ def _scale_encoding(scheme: Scheme, role: str, t: torch.Tensor) -> str:
     return "float"
 
 
-def scale_stats(name: str, role: str, dtype: str, scheme: Scheme, t: torch.Tensor) -> ScaleStats:
-    """Decode a scale tensor and count the values that cannot be right."""
+#: scale encoding -> its decoder to float32
+_SCALE_DECODERS = {
+    "e8m0": decode_e8m0,
+    "e4m3": decode_fp8_e4m3,
+    "float": lambda t: t.to(torch.float32),
+}
+
+
+def scale_values(
+    name: str, role: str, dtype: str, scheme: Scheme, t: torch.Tensor
+) -> tuple[ScaleStats, torch.Tensor]:
+    """Decode a scale tensor, count the values that cannot be right; the stats and values."""
     enc = _scale_encoding(scheme, role, t)
-    if enc == "e8m0":
-        values = decode_e8m0(t)
-        e8m0_nan = int((t.view(torch.uint8) == 255).sum())
-    elif enc == "e4m3":
-        values = decode_fp8_e4m3(t)
-        e8m0_nan = 0
-    else:
-        values = t.to(torch.float32)
-        e8m0_nan = 0
+    values = _SCALE_DECODERS[enc](t)
     acc = _Accumulator()
     acc.add(values)
+    stats = acc.stats()
     return ScaleStats(
         name=name,
         role=role,
         dtype=dtype,
         shape=list(t.shape),
         encoding=enc,
-        values=acc.stats(),
-        e8m0_nan=e8m0_nan,
-        non_finite=int((~torch.isfinite(values)).sum()),
+        values=stats,
+        e8m0_nan=int((t.view(torch.uint8) == 255).sum()) if enc == "e8m0" else 0,
+        non_finite=stats.nan + stats.inf,
         non_positive=int((values <= 0).sum()),
-    )
+    ), values
 
 
 def _parts(cat: Catalog, rc: ResolvedCatalog, weight: str) -> tuple[dict, dict]:
@@ -255,7 +255,7 @@ def tensor_report(
         if not t.module.endswith(FUSED_EXPERT_SUFFIXES) and scheme.source != "none":
             producer = rc.qconfig.producer_scheme_for(t.module)
     related = {name} | {n for n, r in rc.tensors.items() if r.module == t.module}
-    issues = [i for i in rc.issues if i.tensor in related]
+    issues = [i for i in catalog_findings(cat, rc) if i.tensor in related]
     writer = _NpyWriter(out) if out else None
     try:
         acc, scales, logical, decoded = _decode(cat, rc, name, writer)
@@ -301,7 +301,7 @@ def _decode(
         parts, found = _parts(cat, rc, name)
         for sname, role, dtype in found.values():
             st = read_tensor(cat, sname) if role == "input_scale" else parts[role]
-            scales.append(scale_stats(sname, role, dtype, scheme, st))
+            scales.append(scale_values(sname, role, dtype, scheme, st)[0])
         codec = _codec(scheme, found)
         logical = logical_shape(scheme, entry.dtype, entry.shape)
         if writer:
@@ -314,17 +314,9 @@ def _decode(
     else:
         raw = read_tensor(cat, entry)
         logical = tuple(entry.shape)
-        if t.role in ("scale", "global_scale", "input_scale"):
-            st = scale_stats(name, t.role, entry.dtype, scheme, raw)
+        if t.role in SCALE_ROLES:
+            st, values = scale_values(name, t.role, entry.dtype, scheme, raw)
             scales.append(st)
-            enc = st.encoding
-            values = (
-                decode_e8m0(raw)
-                if enc == "e8m0"
-                else decode_fp8_e4m3(raw)
-                if enc == "e4m3"
-                else raw.to(torch.float32)
-            )
             decoded = "scale values"
         elif raw.dtype.is_floating_point or raw.dtype == torch.float8_e4m3fn:
             values = raw.to(torch.float32)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from checkpoint_tool.errors import AlignmentError, UsageError
+from checkpoint_tool.quant.storage import round_up
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
 
 
@@ -38,8 +39,7 @@ def rank_intermediate(ex: ExpertWeights, tp: int, *, pad_multiple: int = 1) -> i
         _codec(ex.down).alignment(-1, shape_d),
         max(1, pad_multiple),
     )
-    per_rank = -(-ex.intermediate // tp)
-    return -(-per_rank // align) * align
+    return round_up(-(-ex.intermediate // tp), align)
 
 
 def shard_expert(ex: ExpertWeights, tp: int, rank: int, *, pad_multiple: int = 1) -> ExpertWeights:

@@ -18,18 +18,20 @@ from collections.abc import Iterable
 from typing import Any
 
 from checkpoint_tool.errors import AlignmentError, UsageError
+from checkpoint_tool.quant import roles
+from checkpoint_tool.quant.roles import Role
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 from checkpoint_tool.targets.instance import LinearSite, MoeSite, VocabSite
 from checkpoint_tool.targets.spec import SchemeParams, TargetSpec
 
-#: checkpoint/parameter suffix -> codec role
-ROLE_BY_SUFFIX = {
-    "weight": "weight",
-    "weight_scale": "scale",
-    "weight_scale_inv": "scale",
-    "weight_scale_2": "global_scale",
-    "input_scale": "input_scale",
-    "input_scale_2": "input_scale",
+#: parameter suffix -> codec role for the weight and its scales, read off the one table
+#: (``quant.roles``): the suffixes the target specs name. Not the bare ``scale`` (DeepSeek-V4's
+#: checkpoint spelling, no spec parameter) nor biases (no quantization parameters): a layout
+#: refuses a module that stores a suffix of this table its scheme does not register.
+ROLE_BY_SUFFIX: dict[str, Role] = {
+    suffix: role
+    for suffix, role in roles.ROLE_BY_SUFFIX.items()
+    if role in ("weight", *roles.SCALE_ROLES) and suffix != "scale"
 }
 
 

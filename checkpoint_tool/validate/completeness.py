@@ -20,6 +20,8 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable
+from typing import Any
+from weakref import WeakKeyDictionary
 
 from checkpoint_tool.report import Issue
 from checkpoint_tool.validate.context import Unavailable, ValidationContext
@@ -65,7 +67,7 @@ def check_config_json(ctx: ValidationContext) -> list[Issue]:
     return out
 
 
-#: resolve_catalog issue rule -> the validate check that reports it (others: quant_config)
+#: catalog_findings rule -> the validate check that reports it (others: quant_config)
 RELAYED_RULES = {
     "weight_dtype": "weight_dtype",
     "scale_dtype": "scale_dtype",
@@ -76,9 +78,19 @@ RELAYED_RULES = {
 }
 
 
+#: the findings of each resolved catalog (``catalog_findings``), computed once for the six
+#: checks that relay them; keyed by the ``ResolvedCatalog`` (hashed by identity), kept while it is
+_FINDINGS: WeakKeyDictionary[Any, list[Issue]] = WeakKeyDictionary()
+
+
 def relayed(ctx: ValidationContext, check_id: str) -> list[Issue]:
-    """The ``resolve_catalog`` findings that belong to ``check_id`` (one owner per finding)."""
-    issues = ctx.resolved().issues
+    """The ``catalog_findings`` that belong to ``check_id`` (one owner per finding)."""
+    from checkpoint_tool.quant.findings import catalog_findings
+
+    rc = ctx.resolved()
+    issues = _FINDINGS.get(rc)
+    if issues is None:
+        issues = _FINDINGS[rc] = catalog_findings(ctx.catalog, rc)
     return [i for i in issues if RELAYED_RULES.get(i.rule, "quant_config") == check_id]
 
 

@@ -229,7 +229,7 @@ def _parse_entry(name: str, info: object, data_start: int, scan: FileScan) -> Te
     if end - begin != need:
         bad(f"spans {end - begin} bytes but {dtype}{shape} needs {need}")
         return None
-    return TensorHeader(dtype, tuple(shape), data_start + begin, data_start + end)
+    return TensorHeader(name, scan.rel, dtype, tuple(shape), data_start + begin, data_start + end)
 
 
 def _check_overlaps(scan: FileScan) -> None:

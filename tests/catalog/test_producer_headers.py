@@ -12,6 +12,7 @@ from catalog.producer_ckpt import (
     write_checkpoint,
 )
 from checkpoint_tool.catalog import open_catalog
+from checkpoint_tool.quant.findings import catalog_findings
 from checkpoint_tool.quant.resolve import resolve_catalog, scheme_differences
 from checkpoint_tool.quant.scheme import WeightFormat as F
 
@@ -32,10 +33,11 @@ def test_catalog_reads_producer_headers_exactly(tmp_path, stem):
 @pytest.mark.parametrize("stem", QUARK_STEMS)
 def test_producer_output_has_no_errors_and_vllm_agrees_with_quark(tmp_path, stem):
     cat, rc = _resolved(tmp_path, stem)
-    assert rc.errors == []
+    issues = catalog_findings(cat, rc)
+    assert [i for i in issues if i.severity == "error"] == []
     fused = [n for n in cat.tensors if n.endswith((".experts.gate_up_proj", ".experts.down_proj"))]
-    assert sorted(i.tensor for i in rc.issues) == sorted(fused)
-    assert {i.rule for i in rc.issues} <= {"fused_experts_unquantized"}
+    assert sorted(i.tensor for i in issues) == sorted(fused)
+    assert {i.rule for i in issues} <= {"fused_experts_unquantized"}
     assert scheme_differences(rc.qconfig, list(rc.weights())) == []
 
 
@@ -141,8 +143,9 @@ def test_deepseek_r1_block_fp8(tmp_path):
         _deepseek_fp8_tensors(),
         {"model_type": "deepseek_v3", "quantization_config": qc},
     )
-    rc = resolve_catalog(open_catalog(root))
-    assert rc.issues == []
+    cat = open_catalog(root)
+    rc = resolve_catalog(cat)
+    assert catalog_findings(cat, rc) == []
     s = rc.tensors["model.layers.0.mlp.experts.1.down_proj.weight"].scheme
     assert (s.format, s.block, s.scale_suffix, s.scale_dtypes) == (
         F.FP8_BLOCK,
@@ -167,8 +170,9 @@ def test_modelopt_nvfp4_hf_quant_config(tmp_path):
         t[f"{m}.weight_scale_2"] = ("F32", ())
         t[f"{m}.input_scale"] = ("F32", ())
     root = write_checkpoint(tmp_path / "mo", t, {"model_type": "qwen2"}, hf_quant_config=hfq)
-    rc = resolve_catalog(open_catalog(root))
-    assert rc.issues == []
+    cat = open_catalog(root)
+    rc = resolve_catalog(cat)
+    assert catalog_findings(cat, rc) == []
     s = rc.tensors["model.layers.0.self_attn.k_proj.weight"].scheme
     assert (s.source, s.format, s.input_scale_suffix) == ("modelopt", F.NVFP4, "input_scale")
     assert rc.tensors["lm_head.weight"].scheme.format is F.UNQUANTIZED
@@ -206,8 +210,9 @@ def test_deepseek_v4_native_names(tmp_path):
             "activation_scheme": "dynamic",
         },
     }
-    rc = resolve_catalog(open_catalog(write_checkpoint(tmp_path / "v4", t, config)))
-    assert rc.issues == []
+    cat = open_catalog(write_checkpoint(tmp_path / "v4", t, config))
+    rc = resolve_catalog(cat)
+    assert catalog_findings(cat, rc) == []
     ex = rc.tensors["layers.0.ffn.experts.1.w2.weight"].scheme
     assert (ex.source, ex.format, ex.scale_suffix) == ("deepseek_v4", F.MXFP4, "scale")
     lin = rc.tensors["layers.0.attn.wq_a.weight"].scheme

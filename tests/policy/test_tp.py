@@ -65,3 +65,60 @@ def test_not_divisible_and_tp1():
     assert not g.aligned and g.pad_to == 128
     g = tp_geometry(96, 1, 32)
     assert g.aligned and g.pad_to == 96
+
+
+def _every_scheme() -> list[Scheme]:
+    """Every weight format ckpt stores, with block / group / scale-encoding variants, as the
+    config models build them."""
+    from checkpoint_tool.quant.configs import DeepSeekFp8Config, DeepSeekV4Config, ModelOptConfig
+    from checkpoint_tool.quant.configs.quark_spec import QuarkLayerSpec, scheme_from_spec
+
+    def quark(weight: dict) -> Scheme:
+        return scheme_from_spec(QuarkLayerSpec.model_validate({"weight": weight}), "t")
+
+    def fp8(**qc: object) -> Scheme:
+        return DeepSeekFp8Config.model_validate({"quant_method": "fp8", **qc}).scheme_for("x")
+
+    fp8_q = {"dtype": "fp8_e4m3"}
+    mx = {"qscheme": "per_group", "group_size": 32, "scale_format": "e8m0"}
+    v4 = DeepSeekV4Config(expert_dtype="fp4")
+    nv = ModelOptConfig.from_inline({"quant_method": "modelopt", "quant_algo": "NVFP4"})
+    out = [
+        BF16,
+        fp8(),  # per tensor
+        fp8(activation_scheme="static"),
+        quark({**fp8_q, "qscheme": "per_tensor"}),
+        quark({**fp8_q, "qscheme": "per_channel", "ch_axis": 0}),
+        fp8(weight_block_size=[128, 128]),
+        fp8(weight_block_size=[128, 128], scale_fmt="ue8m0"),
+        fp8(weight_block_size=[64, 128]),
+        fp8(weight_block_size=[128, 32]),
+        quark({**fp8_q, "qscheme": "per_block", "block_size": [128, 128]}),
+        quark({**fp8_q, "qscheme": "per_block", "block_size": [64, 64], "scale_format": "e8m0"}),
+        v4.linear_scheme("t"),  # block FP8 with E8M0 byte scales
+        quark({"dtype": "fp4", **mx}),  # MXFP4/32
+        v4.expert_scheme("t"),  # MXFP4 stored I8
+        quark({**fp8_q, **mx}),  # MXFP8/32
+        v4.table_scheme_for("x.engram.embed"),
+        nv.scheme_for("x"),  # NVFP4/16
+        NV,
+    ]
+    out += [s.model_copy(update={"group_size": 64}) for s in out if s.group_size == 32]
+    out.append(NV.model_copy(update={"group_size": 32}))
+    return [s for s in out if s is not None]
+
+
+@pytest.mark.parametrize("proj", ["gate", "up", "down"])
+def test_split_alignment_is_the_storage_codecs(proj):
+    """The policy's split alignment of the intermediate dim is the storage codec's alignment
+    of that dim (gate/up rows, down columns) for every scheme: one owner, no drift."""
+    from checkpoint_tool.quant.codecs import get_codec
+
+    schemes = _every_scheme()
+    assert {s.format for s in schemes} == set(WeightFormat) - {WeightFormat.UNSUPPORTED}
+    for scheme in schemes:
+        codec = get_codec(scheme)
+        dim, shape = (-1, (7168, 2048)) if proj == "down" else (-2, (2048, 7168))
+        assert split_alignment(scheme, proj)[0] == codec.alignment(dim, shape), scheme.short()
+    unsupported = Scheme(format=WeightFormat.UNSUPPORTED)  # no codec: no constraint known
+    assert split_alignment(unsupported, proj)[0] == 1

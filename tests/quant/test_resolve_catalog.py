@@ -1,12 +1,17 @@
-"""resolve_catalog: roles for every tensor, and one finding per thing the config cannot explain."""
+"""resolve_catalog: roles for every tensor; catalog_findings: one finding per thing the config
+cannot explain."""
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple
 
 from catalog.producer_ckpt import quark_checkpoint, write_checkpoint
 
 from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.quant.configs import QuarkConfig
+from checkpoint_tool.quant.findings import catalog_findings
 from checkpoint_tool.quant.resolve import resolve_catalog, resolve_tensor
+from checkpoint_tool.report import Issue
 
 MX = {
     "dtype": "fp4",
@@ -25,11 +30,23 @@ M = "model.layers.0.mlp.down_proj"
 GOOD = {f"{M}.weight": ("U8", (64, 32)), f"{M}.weight_scale": ("U8", (64, 2))}
 
 
-def resolve(tmp_path, tensors, qc=QC, config_extra=None):
+class Resolved(NamedTuple):
+    """A catalog's resolved tensors and its findings (the two steps, in order)."""
+
+    tensors: dict[str, Any]
+    issues: list[Issue]
+
+
+def resolved(cat) -> Resolved:
+    rc = resolve_catalog(cat)
+    return Resolved(rc.tensors, catalog_findings(cat, rc))
+
+
+def resolve(tmp_path, tensors, qc=QC, config_extra=None) -> Resolved:
     config = {"model_type": "deepseek_v3", "quantization_config": qc, **(config_extra or {})}
     if qc is None:
         config.pop("quantization_config")
-    return resolve_catalog(open_catalog(write_checkpoint(tmp_path / "c", tensors, config)))
+    return resolved(open_catalog(write_checkpoint(tmp_path / "c", tensors, config)))
 
 
 def rules(rc):
@@ -126,7 +143,7 @@ def test_unsupported_scheme_is_a_warning(tmp_path):
 
 
 def test_fused_experts_are_reported_once_each(tmp_path):
-    rc = resolve_catalog(open_catalog(quark_checkpoint(tmp_path / "q", "nvfp4")))
+    rc = resolved(open_catalog(quark_checkpoint(tmp_path / "q", "nvfp4")))
     assert rules(rc) == [
         ("fused_experts_unquantized", "model.layers.1.mlp.experts.down_proj"),
         ("fused_experts_unquantized", "model.layers.1.mlp.experts.gate_up_proj"),
@@ -170,12 +187,12 @@ def test_deepseek_v4_engram_table_resolves_as_fp8_rows_with_e8m0_groups(synth_ck
     from checkpoint_tool.quant.scheme import WeightFormat
 
     cat = open_local(synth_ckpt("deepseek-v4"))
-    resolved = resolve_catalog(cat)
+    rc = resolved(cat)
     engram = [n for n in cat.tensors if ".engram.embed." in n]
     assert engram
     for name in engram:
-        t = resolved.tensors[name]
+        t = rc.tensors[name]
         assert t.scheme.format is WeightFormat.MXFP8
         assert t.scheme.group_size == 32
         assert t.role == ("scale" if name.endswith(".scale") else "weight")
-    assert not [i for i in resolved.issues if ".engram." in (i.tensor or "")]
+    assert not [i for i in rc.issues if ".engram." in (i.tensor or "")]

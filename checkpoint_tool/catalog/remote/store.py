@@ -28,6 +28,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from checkpoint_tool.catalog.paths import listed
 from checkpoint_tool.catalog.remote.retry import with_retries
 from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES
 from checkpoint_tool.errors import InputError
@@ -90,12 +91,11 @@ class Store:
 
     # -- shared -----------------------------------------------------------------------------
     def file(self, rel: str) -> RemoteFile:
-        try:
-            return self.files[rel]
-        except KeyError:
-            raise InputError(
-                f"{self.where(rel)}: no such file on the server; check the index or the prefix"
-            ) from None
+        return listed(
+            self.files,
+            rel,
+            lambda: f"{self.where(rel)}: no such file on the server; check the index or the prefix",
+        )
 
     def side_files(self, skip: set[str]) -> list[str]:
         """Non-weight files to copy along (pickles and hidden files are never fetched)."""

@@ -32,7 +32,6 @@ from checkpoint_tool.model import MoeLayerFacts
 from checkpoint_tool.plan.layouts.narrow import narrow_shaped, piece_shape
 from checkpoint_tool.plan.layouts.vllm_params import Param, ParamBuilder
 from checkpoint_tool.plan.model import DroppedTensor, OutputTensor, Piece
-from checkpoint_tool.quant.resolve import storage_key
 from checkpoint_tool.targets.instance import MoeSite
 from checkpoint_tool.targets.shapes import (
     moe_intermediate,
@@ -105,7 +104,7 @@ def _layer_scheme(b: ParamBuilder, site: MoeSite, modules: dict) -> Scheme:
         scheme = b.index.scheme(b.index.module(module)["weight"])
         if first is None:
             first = (scheme, module)
-        elif storage_key(scheme) != storage_key(first[0]):
+        elif scheme.storage_identity() != first[0].storage_identity():
             raise InputError(
                 f"{b.index.ctx.catalog.root}: {module} is {scheme.short()} but {first[1]} is "
                 f"{first[0].short()}; vLLM builds the routed experts of MoE layer {site.layer} "

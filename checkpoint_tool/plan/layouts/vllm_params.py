@@ -28,7 +28,6 @@ from checkpoint_tool.catalog.safetensors_format import element_bytes, header_sha
 from checkpoint_tool.errors import AlignmentError, InputError
 from checkpoint_tool.plan.layouts.narrow import narrow, pieces_shape
 from checkpoint_tool.plan.model import OutputTensor, Pad, Piece, Region
-from checkpoint_tool.quant.resolve import storage_key
 from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.targets.instance import BufferSite, LinearSite, ParamSite, VocabSite
 from checkpoint_tool.targets.shapes import (
@@ -155,7 +154,7 @@ class ParamBuilder:
             shards.append((hf, out, tensors))
         schemes = [self.index.scheme(t["weight"]) for _, _, t in shards]
         scheme = schemes[0]
-        if any(storage_key(s) != storage_key(scheme) for s in schemes[1:]):
+        if any(s.storage_identity() != scheme.storage_identity() for s in schemes[1:]):
             names = ", ".join(
                 f"{hf} ({s.short()})" for (hf, _, _), s in zip(shards, schemes, strict=True)
             )

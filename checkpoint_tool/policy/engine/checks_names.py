@@ -212,13 +212,13 @@ def _differs(
 def _regex_key_differences(ctx: EngineContext, pattern: str, modules: list[str]) -> list[Any]:
     """Modules the ``re:`` key was meant for whose vLLM scheme stores something else."""
     from checkpoint_tool.quant.configs.quark_spec import scheme_from_spec
-    from checkpoint_tool.quant.resolve import SchemeDifference, storage_key
+    from checkpoint_tool.quant.resolve import SchemeDifference
 
     meant = scheme_from_spec(ctx.qconfig.layer_quant_config[pattern], f"re: key {pattern!r}")
     out = []
     for module in modules:
         got = ctx.qconfig.scheme_for(module)
-        if storage_key(got) != storage_key(meant):
+        if got.producer_identity() != meant.producer_identity():
             out.append(SchemeDifference(module=module, vllm=got, producer=meant))
     return out
 

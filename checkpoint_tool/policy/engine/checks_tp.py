@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from checkpoint_tool.quant.scheme import WeightFormat
+from checkpoint_tool.quant.storage import round_up, scheme_alignment
 
 from .context import EngineContext
 from .model import EngineFinding, RuleSpec
@@ -40,16 +41,16 @@ TP_RULES = (
 )
 
 
-def round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
 def _routed_scheme(ctx: EngineContext, layer: Any) -> Any:
     return ctx.scheme_of(layer.routed_weight(0, "down"))
 
 
 def _layer_groups(ctx: EngineContext) -> dict[tuple, list[int]]:
-    """(size, moe_tp, format, block, group) -> MoE layer indices."""
+    """(size, moe_tp, format, row unit, column unit) -> MoE layer indices.
+
+    The units are the storage codec's alignments of the routed weight's rows (gate/up split:
+    ``block_n`` for block FP8) and columns (down split: ``block_k``, the FP4 scale group).
+    """
     facts = ctx.facts
     if facts is None:
         return {}
@@ -58,14 +59,9 @@ def _layer_groups(ctx: EngineContext) -> dict[tuple, list[int]]:
     for layer in facts.moe_layers:
         scheme = _routed_scheme(ctx, layer)
         fmt = scheme.format if scheme is not None else WeightFormat.UNQUANTIZED
-        key = (
-            layer.moe_intermediate_size,
-            moe_tp,
-            fmt,
-            scheme.block if scheme is not None else None,
-            scheme.group_size if scheme is not None else None,
-        )
-        groups[key].append(layer.layer)
+        rows = scheme_alignment(scheme, -2) if scheme is not None else 1
+        cols = scheme_alignment(scheme, -1) if scheme is not None else 1
+        groups[(layer.moe_intermediate_size, moe_tp, fmt, rows, cols)].append(layer.layer)
     return groups
 
 
@@ -80,27 +76,26 @@ def check_tp(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFindi
                 backend=backend, expected=sorted(table), target=ctx.target.name
             )
         )
-    for (size, tp, fmt, block, group), layers in sorted(_layer_groups(ctx).items(), key=str):
+    for (size, tp, fmt, rows, cols), layers in sorted(_layer_groups(ctx).items(), key=str):
         per_rank = size // tp
         p = {"size": size, "tp": tp, "per_rank": per_rank}
         if size % tp:
             if "tp_intermediate_not_divisible" in rules:
                 out.append(rules["tp_intermediate_not_divisible"].finding(layers=layers, **p))
             continue
-        if fmt is WeightFormat.FP8_BLOCK and block and not _fp8_refines(ctx, block, per_rank):
-            bn, bk = block
-            if per_rank % bn and "tp_fp8_block_gate_up" in rules:
-                out.append(rules["tp_fp8_block_gate_up"].finding(layers=layers, block_n=bn, **p))
-            if tp > 1 and per_rank % bk and "tp_fp8_block_down" in rules:
-                out.append(rules["tp_fp8_block_down"].finding(layers=layers, block_k=bk, **p))
-        if fmt in (WeightFormat.MXFP4, WeightFormat.NVFP4) and group:
-            if per_rank % group and "tp_fp4_group_split" in rules:
-                pad_to = round_up(size, tp * group)
+        if fmt is WeightFormat.FP8_BLOCK and not _fp8_refines(ctx, (rows, cols), per_rank):
+            if per_rank % rows and "tp_fp8_block_gate_up" in rules:
+                out.append(rules["tp_fp8_block_gate_up"].finding(layers=layers, block_n=rows, **p))
+            if tp > 1 and per_rank % cols and "tp_fp8_block_down" in rules:
+                out.append(rules["tp_fp8_block_down"].finding(layers=layers, block_k=cols, **p))
+        if fmt in (WeightFormat.MXFP4, WeightFormat.NVFP4):
+            if per_rank % cols and "tp_fp4_group_split" in rules:
+                pad_to = round_up(size, tp * cols)
                 out.append(
                     rules["tp_fp4_group_split"].finding(
                         layers=layers,
                         scheme=fmt.value,
-                        group=group,
+                        group=cols,
                         pad_to=pad_to,
                         details={"pad_to": pad_to, "padded_per_rank": pad_to // tp},
                         **p,

@@ -1,7 +1,7 @@
 """Codecs: encode/decode every storage format ckpt understands, and slice/pad them exactly.
 
 Element codecs: ``fp4`` (E2M1, packed), ``e8m0``, ``fp8`` (E4M3FN). Weight codecs (one module
-per format, all ``WeightCodec``): ``unquantized``, ``fp8_tensor``, ``fp8_channel``,
+per format, all ``WeightCodec``): ``unquantized``, ``fp8_scaled`` (per tensor, per channel),
 ``fp8_block``, ``mxfp4``, ``nvfp4``, ``mxfp8``. See CODEC_API.md and docs/formats.md.
 
 Example::
@@ -14,8 +14,7 @@ Example::
 
 from checkpoint_tool.quant.codecs.base import Axis, BaseCodec, WeightCodec
 from checkpoint_tool.quant.codecs.fp8_block import Fp8BlockCodec
-from checkpoint_tool.quant.codecs.fp8_channel import Fp8ChannelCodec
-from checkpoint_tool.quant.codecs.fp8_tensor import Fp8TensorCodec
+from checkpoint_tool.quant.codecs.fp8_scaled import Fp8ChannelCodec, Fp8TensorCodec
 from checkpoint_tool.quant.codecs.mxfp4 import MxFp4Codec
 from checkpoint_tool.quant.codecs.mxfp8 import MxFp8Codec
 from checkpoint_tool.quant.codecs.nvfp4 import NvFp4Codec

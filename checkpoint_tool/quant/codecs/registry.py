@@ -15,8 +15,7 @@ from typing import Any
 
 from checkpoint_tool.quant.codecs.base import BaseCodec
 from checkpoint_tool.quant.codecs.fp8_block import Fp8BlockCodec
-from checkpoint_tool.quant.codecs.fp8_channel import Fp8ChannelCodec
-from checkpoint_tool.quant.codecs.fp8_tensor import Fp8TensorCodec
+from checkpoint_tool.quant.codecs.fp8_scaled import Fp8ChannelCodec, Fp8TensorCodec
 from checkpoint_tool.quant.codecs.mxfp4 import MxFp4Codec
 from checkpoint_tool.quant.codecs.mxfp8 import MxFp8Codec
 from checkpoint_tool.quant.codecs.nvfp4 import NvFp4Codec

@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+from functools import partial
 from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict
@@ -91,29 +92,47 @@ def fp8_block_scheme(
     )
 
 
-def mxfp4_scheme(
+#: what an MX weight stores, per format: MXFP4 packs two E2M1 values a byte, MXFP8 is E4M3
+MX_WEIGHT_DTYPES = {WeightFormat.MXFP4: ("U8",), WeightFormat.MXFP8: ("F8_E4M3",)}
+
+
+def mx_scheme(
+    fmt: WeightFormat,
     *,
     source: str,
     rule: str,
     scale_suffix: str = "weight_scale",
-    weight_dtypes: tuple[str, ...] = ("U8",),
+    weight_dtypes: tuple[str, ...] | None = None,
     scale_dtypes: tuple[str, ...] = ("U8",),
     activation: str | None = "dynamic",
     spec: object = None,
+    input_scale_suffix: str | None = None,
+    input_scale_dtypes: tuple[str, ...] = (),
 ) -> Scheme:
-    """OCP MXFP4: packed E2M1 pairs, one E8M0 scale per 32 inputs."""
+    """OCP MX (``fmt`` MXFP4 or MXFP8): one E8M0 scale per 32 inputs; ``mxfp4_scheme`` and
+    ``mxfp8_scheme`` fix ``fmt``. Weight dtypes default to ``MX_WEIGHT_DTYPES[fmt]``.
+
+    ``mxfp8_scheme(source="quark", rule="...")`` -> ``Scheme(format=mxfp8,
+    weight_dtypes=('F8_E4M3',), group_size=32, scale_dtypes=('U8',), scale_is_e8m0=True, ...)``
+    """
     return Scheme(
-        format=WeightFormat.MXFP4,
-        weight_dtypes=weight_dtypes,
+        format=fmt,
+        weight_dtypes=weight_dtypes or MX_WEIGHT_DTYPES[fmt],
         group_size=32,
         scale_suffix=scale_suffix,
         scale_dtypes=scale_dtypes,
         scale_is_e8m0=True,
+        input_scale_suffix=input_scale_suffix,
+        input_scale_dtypes=input_scale_dtypes,
         activation=activation,
         source=source,
         rule=rule,
         spec=spec,
     )
+
+
+mxfp4_scheme = partial(mx_scheme, WeightFormat.MXFP4)
+mxfp8_scheme = partial(mx_scheme, WeightFormat.MXFP8)
 
 
 def nvfp4_scheme(*, source: str, rule: str, input_scale_suffix: str, spec: object = None) -> Scheme:

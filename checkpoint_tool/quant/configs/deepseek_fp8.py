@@ -28,18 +28,64 @@ from checkpoint_tool.quant.configs.names import expert_parts, packed_siblings
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 
 
-class DeepSeekFp8Config(QuantConfigBase):
+class Fp8LayerSkips(QuantConfigBase):
+    """vLLM ``Fp8Config``'s list of modules left unquantized (DeepSeek FP8 and DeepSeek-V4).
+
+    vLLM checks a linear by exact name and a FusedMoE layer by substring, against entries
+    that contain "experts"; the producer skipped exactly the modules named. Subclasses give
+    the schemes of what is not skipped (``moe_scheme``, ``linear_scheme_for``).
+    """
+
+    ignored_layers: list[str] | None = None
+    modules_to_not_convert: list[str] | None = None
+    #: the rule of a skipped FusedMoE layer (``{entry}``, ``{layer}``)
+    moe_skip_rule: ClassVar[str] = "ignored_layers: {entry!r} (FusedMoE)"
+
+    @property
+    def ignored(self) -> list[str]:
+        """vLLM reads ``ignored_layers`` first, then ``modules_to_not_convert``."""
+        return list(self.ignored_layers or self.modules_to_not_convert or [])
+
+    def skipped(self, module: str) -> Scheme | None:
+        """Unquantized if ``module`` is named exactly (vLLM and the producer agree), else None."""
+        if module in self.ignored:
+            return unquantized(self.source, f"ignored_layers: exact {module!r}")
+        return None
+
+    def moe_scheme(self, layer: str) -> Scheme:
+        """Scheme of the routed experts of FusedMoE ``layer`` (not skipped)."""
+        raise NotImplementedError
+
+    def linear_scheme_for(self, module: str) -> Scheme:
+        """Scheme of a linear that is not skipped, as vLLM resolves it."""
+        raise NotImplementedError
+
+    def scheme_for(self, module: str) -> Scheme:
+        moe = expert_parts(module)
+        if moe is not None:
+            layer = moe[0]
+            for entry in self.ignored:
+                if "experts" in entry and layer in entry:
+                    rule = self.moe_skip_rule.format(entry=entry, layer=layer)
+                    return unquantized(self.source, rule)
+            return self.moe_scheme(layer)
+        skipped = self.skipped(module)
+        return skipped if skipped is not None else self.linear_scheme_for(module)
+
+
+class DeepSeekFp8Config(Fp8LayerSkips):
     """``quantization_config`` of DeepSeek-V3/R1 style block-FP8 checkpoints."""
 
     source: ClassVar[str] = "deepseek_fp8"
+    moe_skip_rule: ClassVar[str] = (
+        "ignored_layers: {entry!r} contains FusedMoE layer {layer!r} (vLLM)"
+    )
 
     quant_method: Literal["fp8"] = "fp8"
     activation_scheme: Literal["dynamic", "static"] = "dynamic"
     fmt: str = "e4m3"
     weight_block_size: tuple[int, int] | None = None
     scale_fmt: str | None = None
-    ignored_layers: list[str] | None = None
-    modules_to_not_convert: list[str] | None = None
 
     @field_validator("fmt")
     @classmethod
@@ -48,38 +94,23 @@ class DeepSeekFp8Config(QuantConfigBase):
             raise ValueError(f"fmt {v!r} is not supported (only e4m3)")
         return v
 
-    @property
-    def ignored(self) -> list[str]:
-        """vLLM reads ``ignored_layers`` first, then ``modules_to_not_convert``."""
-        return list(self.ignored_layers or self.modules_to_not_convert or [])
-
     def quantized_scheme(self, rule: str) -> Scheme:
         """The one FP8 scheme this config gives every quantized linear."""
         return _fp8_scheme_with_rule(
             self.weight_block_size, self.scale_fmt, self.activation_scheme, rule
         )
 
-    def scheme_for(self, module: str) -> Scheme:
-        moe = expert_parts(module)
-        if moe is not None:
-            layer = moe[0]
-            for entry in self.ignored:
-                if "experts" in entry and layer in entry:
-                    return unquantized(
-                        self.source,
-                        f"ignored_layers: {entry!r} contains FusedMoE layer {layer!r} (vLLM)",
-                    )
-            return self.quantized_scheme(f"quant_method fp8 (FusedMoE layer {layer!r})")
-        if module in self.ignored:
-            return unquantized(self.source, f"ignored_layers: exact {module!r}")
+    def moe_scheme(self, layer: str) -> Scheme:
+        return self.quantized_scheme(f"quant_method fp8 (FusedMoE layer {layer!r})")
+
+    def linear_scheme_for(self, module: str) -> Scheme:
         packed = packed_siblings(module)
         where = f" (shard of {packed[0]})" if packed else ""
         return self.quantized_scheme(f"quant_method fp8{where}")
 
     def producer_scheme_for(self, module: str) -> Scheme:
-        if module in self.ignored:
-            return unquantized(self.source, f"ignored_layers: exact {module!r}")
-        return self.quantized_scheme("quant_method fp8")
+        skipped = self.skipped(module)
+        return skipped if skipped is not None else self.quantized_scheme("quant_method fp8")
 
     def summary(self) -> str:
         blk = self.weight_block_size

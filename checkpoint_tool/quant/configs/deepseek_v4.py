@@ -22,17 +22,13 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from checkpoint_tool.quant.configs.base import (
-    QuantConfigBase,
-    fp8_block_scheme,
-    mxfp4_scheme,
-    unquantized,
-)
+from checkpoint_tool.quant.configs.base import fp8_block_scheme, mxfp4_scheme, mxfp8_scheme
+from checkpoint_tool.quant.configs.deepseek_fp8 import Fp8LayerSkips
 from checkpoint_tool.quant.configs.names import expert_parts
-from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+from checkpoint_tool.quant.scheme import Scheme
 
 
-class DeepSeekV4Config(QuantConfigBase):
+class DeepSeekV4Config(Fp8LayerSkips):
     """DeepSeek-V4 quantization: the FP8 block config plus config.json's ``expert_dtype``."""
 
     source: ClassVar[str] = "deepseek_v4"
@@ -43,12 +39,6 @@ class DeepSeekV4Config(QuantConfigBase):
     scale_fmt: str | None = None
     activation_scheme: Literal["dynamic"] = "dynamic"
     fmt: str = "e4m3"
-    ignored_layers: list[str] | None = None
-    modules_to_not_convert: list[str] | None = None
-
-    @property
-    def ignored(self) -> list[str]:
-        return list(self.ignored_layers or self.modules_to_not_convert or [])
 
     def linear_scheme(self, rule: str) -> Scheme:
         """Block FP8 for attention / shared-expert linears (e8m0 scales with fp4 experts)."""
@@ -87,37 +77,27 @@ class DeepSeekV4Config(QuantConfigBase):
         (``engram.embed.scale``, or ``weight_scale`` in Quark's spelling): an MXFP8 layout.
         """
         if module.endswith("engram.embed") or module.endswith("engram.embed_tokens"):
-            return Scheme(
-                format=WeightFormat.MXFP8,
-                weight_dtypes=("F8_E4M3",),
-                group_size=32,
-                scale_suffix="scale",
-                scale_dtypes=("F8_E8M0", "U8"),
-                scale_is_e8m0=True,
-                activation=None,
+            return mxfp8_scheme(
                 source=self.source,
                 rule="engram embedding table: FP8 rows, E8M0 scale per 32 columns",
+                scale_suffix="scale",
+                scale_dtypes=("F8_E8M0", "U8"),
+                activation=None,
             )
         return None
 
-    def scheme_for(self, module: str) -> Scheme:
-        moe = expert_parts(module)
-        if moe is not None:
-            layer = moe[0]
-            for entry in self.ignored:
-                if "experts" in entry and layer in entry:
-                    return unquantized(self.source, f"ignored_layers: {entry!r} (FusedMoE)")
-            return self.expert_scheme(f"expert_dtype {self.expert_dtype} (FusedMoE {layer!r})")
-        if module in self.ignored:
-            return unquantized(self.source, f"ignored_layers: exact {module!r}")
+    def moe_scheme(self, layer: str) -> Scheme:
+        return self.expert_scheme(f"expert_dtype {self.expert_dtype} (FusedMoE {layer!r})")
+
+    def linear_scheme_for(self, module: str) -> Scheme:
         return self.linear_scheme(f"quant_method fp8, weight_block_size {self.weight_block_size}")
 
     def producer_scheme_for(self, module: str) -> Scheme:
-        if module in self.ignored:
-            return unquantized(self.source, f"ignored_layers: exact {module!r}")
+        if (skipped := self.skipped(module)) is not None:
+            return skipped
         if expert_parts(module) is not None:
             return self.expert_scheme(f"expert_dtype {self.expert_dtype}")
-        return self.linear_scheme(f"quant_method fp8, weight_block_size {self.weight_block_size}")
+        return self.linear_scheme_for(module)
 
     def summary(self) -> str:
         b = self.weight_block_size

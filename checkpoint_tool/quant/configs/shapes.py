@@ -68,29 +68,19 @@ def expected_siblings(
     """Suffix -> ``Expected`` for every tensor ``scheme`` stores next to the weight."""
     if not scheme.quantized or scheme.format is WeightFormat.UNSUPPORTED:
         return {}
-    key = (
-        scheme.format,
-        scheme.block,
-        scheme.group_size,
-        scheme.scale_suffix,
-        scheme.scale_dtypes,
-        scheme.scale_is_e8m0,
-        scheme.global_scale_suffix,
-        scheme.input_scale_suffix,
+    # what the scheme stores and names, with the input scale's dtypes: all _expected reads
+    full = (
+        scheme.producer_identity(),
         scheme.input_scale_dtypes,
-        _scale_mode(scheme.spec),
+        weight_dtype,
+        tuple(weight_shape),
     )
-    full = (key, weight_dtype, tuple(weight_shape))
     hit = _MEMO.get(full)
     if hit is None:
         if len(_MEMO) > 4096:
             _MEMO.clear()
         hit = _MEMO[full] = _expected(scheme, weight_dtype, tuple(weight_shape))
     return dict(hit)
-
-
-def _scale_mode(spec: object) -> str:
-    return repr(spec) if spec is not None else ""
 
 
 #: (storage facts of a scheme, weight dtype, weight shape) -> expected siblings; thousands of

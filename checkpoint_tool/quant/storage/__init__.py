@@ -7,10 +7,17 @@ Example::
     get_storage_format(scheme).storage_shapes((7168, 2048))  # fp8_block: {'weight': ..., 'scale': (56, 16)}
 """
 
-from checkpoint_tool.quant.storage.base import Axis, Shape, StorageFormat, normalize_dim
+from checkpoint_tool.quant.storage.base import (
+    Axis,
+    Shape,
+    StorageFormat,
+    normalize_dim,
+    round_up,
+)
 from checkpoint_tool.quant.storage.formats import (
     STORAGE_FORMATS,
     get_storage_format,
+    scheme_alignment,
     scheme_arguments,
     storage_for_format,
 )
@@ -22,6 +29,8 @@ __all__ = [
     "StorageFormat",
     "get_storage_format",
     "normalize_dim",
+    "round_up",
+    "scheme_alignment",
     "scheme_arguments",
     "storage_for_format",
 ]

@@ -53,6 +53,11 @@ class Axis:
         return f"one {role} element covers {self.unit}"
 
 
+def round_up(n: int, unit: int) -> int:
+    """``n`` rounded up to a multiple of ``unit``: ``round_up(80, 32)`` -> ``96``."""
+    return -(-n // unit) * unit
+
+
 def normalize_dim(dim: int, ndim: int, *, what: str = "") -> int:
     if not -ndim <= dim < ndim:
         raise InputError(f"{what}dim {dim} is out of range for a {ndim}-d tensor")
@@ -160,9 +165,20 @@ class StorageFormat:
     def alignment(self, dim: int, logical_shape: Shape) -> int:
         """Logical granularity of slices on ``dim`` (lcm of every role's unit there)."""
         nd = len(logical_shape)
-        d = normalize_dim(dim, nd)
-        units = [ax.unit for r in self.roles if (ax := self.axis(r, nd, d)) is not None]
-        return math.lcm(*units) if units else 1
+        return _lcm_units(self._axes(nd, normalize_dim(dim, nd)))
+
+    def _axes(self, ndim: int, dim: int) -> dict[str, Axis | None]:
+        """Each role's ``Axis`` on logical ``dim`` (normalized) of a rank-``ndim`` weight."""
+        return {r: self.axis(r, ndim, dim) for r in self.roles}
+
+    def _axes_on(
+        self, logical_shape: Shape, dim: int, name: str | None
+    ) -> tuple[Shape, int, dict[str, Axis | None]]:
+        """The checked logical shape, ``dim`` normalized, and each role's ``Axis`` on it."""
+        shape = tuple(int(d) for d in logical_shape)
+        self.check_ndim(shape, name)
+        d = normalize_dim(dim, len(shape), what=where(name))
+        return shape, d, self._axes(len(shape), d)
 
     # ---- plan-level ops ------------------------------------------------------------------
     def storage_regions(
@@ -179,36 +195,30 @@ class StorageFormat:
         ``start`` and ``stop`` must be multiples of ``alignment`` (``stop`` may be the full
         size), else ``AlignmentError``.
         """
-        shape = tuple(int(d) for d in logical_shape)
-        self.check_ndim(shape, name)
-        nd = len(shape)
-        d = normalize_dim(dim, nd, what=where(name))
+        shape, d, axes = self._axes_on(logical_shape, dim, name)
         n = shape[d]
         if not 0 <= start <= stop <= n:
             raise InputError(
                 f"{where(name)}slice [{start}, {stop}) is outside dim {dim} of size {n}"
             )
-        align = self.alignment(d, shape)
+        align = _lcm_units(axes)
         if start % align or (stop % align and stop != n):
-            reasons = "; ".join(
-                ax.why(r)
-                for r in self.roles
-                if (ax := self.axis(r, nd, d)) is not None and ax.unit > 1
-            )
+            reasons = "; ".join(ax.why(r) for r, ax in axes.items() if ax and ax.unit > 1)
             raise AlignmentError(
                 f"{where(name)}cannot slice {self.label} dim {dim} (size {n}) at [{start}, "
                 f"{stop}): start and stop must be multiples of {align} ({reasons}); "
                 f"choose a split that is a multiple of {align}"
             )
-        out: dict[str, Region | None] = {}
-        for role in self.roles:
-            ax = self.axis(role, nd, d)
-            if ax is None:
-                out[role] = None
-                continue
-            s_stop = ax.storage_size(n) if stop == n else stop // ax.unit
-            out[role] = Region(dim=d, start=start // ax.unit, stop=s_stop)
-        return out
+        return {
+            role: None
+            if ax is None
+            else Region(
+                dim=d,
+                start=start // ax.unit,
+                stop=ax.storage_size(n) if stop == n else stop // ax.unit,
+            )
+            for role, ax in axes.items()
+        }
 
     def storage_pads(
         self, logical_shape: Shape, dim: int, amount: int, *, name: str | None = None
@@ -218,29 +228,26 @@ class StorageFormat:
         Packed axes need whole bytes (``AlignmentError`` otherwise); scale axes grow only when
         the ceil of the group/block count grows. Roles without the dim get None.
         """
-        shape = tuple(int(d) for d in logical_shape)
-        self.check_ndim(shape, name)
-        nd = len(shape)
-        d = normalize_dim(dim, nd, what=where(name))
+        shape, d, axes = self._axes_on(logical_shape, dim, name)
         if amount < 0:
             raise InputError(f"{where(name)}cannot pad by a negative amount ({amount})")
         n = shape[d]
-        dtypes = self.storage_dtypes()
-        out: dict[str, Pad | None] = {}
-        for role in self.roles:
-            ax = self.axis(role, nd, d)
-            if ax is None:
-                out[role] = None
-                continue
-            if ax.packed and (amount % ax.unit or n % ax.unit):
+        for role, ax in axes.items():
+            if ax is not None and ax.packed and (amount % ax.unit or n % ax.unit):
                 raise AlignmentError(
                     f"{where(name)}cannot pad {self.label} dim {dim} (size {n}) by {amount}: "
                     f"the size and the amount must be multiples of {ax.unit} ({ax.why(role)})"
                 )
-            grow = ax.storage_size(n + amount) - ax.storage_size(n)
-            if grow == 0:
-                out[role] = None
-                continue
-            fill = zero_fill(dtypes[role]) if role == "weight" else one_fill(dtypes[role])
-            out[role] = Pad(dim=d, amount=grow, fill=fill)
+        dtypes = self.storage_dtypes()
+        out: dict[str, Pad | None] = {}
+        for role, ax in axes.items():
+            grow = 0 if ax is None else ax.storage_size(n + amount) - ax.storage_size(n)
+            fill = zero_fill if role == "weight" else one_fill
+            out[role] = Pad(dim=d, amount=grow, fill=fill(dtypes[role])) if grow else None
         return out
+
+
+def _lcm_units(axes: Mapping[str, Axis | None]) -> int:
+    """lcm of the units of the roles that have the dim (1 if none has it)."""
+    units = [ax.unit for ax in axes.values() if ax is not None]
+    return math.lcm(*units) if units else 1

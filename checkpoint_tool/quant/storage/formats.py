@@ -117,36 +117,57 @@ class Fp8BlockStorage(StorageFormat):
         return Axis()
 
 
-class MxStorage(StorageFormat):
-    """OCP MX: one E8M0 scale (``U8`` or ``F8_E8M0``) per ``group`` elements of the input dim."""
+class GroupedStorage(StorageFormat):
+    """One scale per ``group_size`` elements of the input (last) dim: MX and NVFP4.
 
-    roles = ("weight", "scale")
+    Packed weights (``weight_pack`` 2: FP4) need groups of whole bytes. A role the format
+    drops trailing dims from (NVFP4's per-matrix ``global_scale``) has no axis there.
+    """
 
-    def __init__(
-        self, group_size: int = 32, scale_dtype: str = "U8", scale_mode: str = "even"
-    ) -> None:
+    roles: tuple[str, ...] = ("weight", "scale")
+    #: what to say about a scale dtype ``scale_dtype_ok`` refuses (``{label}``, ``{dtype}``)
+    scale_dtype_error: str
+
+    def __init__(self, group_size: int, scale_dtype: str) -> None:
         self.group_size = int(group_size)
         if self.group_size < 1 or (self.weight_pack > 1 and self.group_size % self.weight_pack):
             raise InputError(f"{self.format.value}: invalid group size {group_size}")
-        if not is_e8m0_dtype(scale_dtype):
-            raise InputError(
-                f"{self.label}: scales are E8M0, stored as U8 or F8_E8M0, not {scale_dtype}"
-            )
-        if scale_mode not in MX_SCALE_MODES:
-            raise InputError(f"{self.label}: unknown scale mode {scale_mode!r} (even, floor)")
+        if not self.scale_dtype_ok(scale_dtype):
+            raise InputError(self.scale_dtype_error.format(label=self.label, dtype=scale_dtype))
         self.scale_dtype = scale_dtype
-        self.scale_mode = scale_mode
+
+    def scale_dtype_ok(self, dtype: str) -> bool:
+        raise NotImplementedError
 
     @property
     def label(self) -> str:
         return f"{self.format.value}/{getattr(self, 'group_size', '?')}"
 
     def axis(self, role: str, ndim: int, dim: int) -> Axis | None:
+        if dim >= self.role_ndim(role, ndim):
+            return None
         if dim == ndim - 1:
             if role == "scale":
                 return Axis(self.group_size)
             return Axis(self.weight_pack, packed=self.weight_pack > 1)
         return Axis()
+
+
+class MxStorage(GroupedStorage):
+    """OCP MX: one E8M0 scale (``U8`` or ``F8_E8M0``) per ``group`` elements of the input dim."""
+
+    scale_dtype_error = "{label}: scales are E8M0, stored as U8 or F8_E8M0, not {dtype}"
+
+    def __init__(
+        self, group_size: int = 32, scale_dtype: str = "U8", scale_mode: str = "even"
+    ) -> None:
+        super().__init__(group_size, scale_dtype)
+        if scale_mode not in MX_SCALE_MODES:
+            raise InputError(f"{self.label}: unknown scale mode {scale_mode!r} (even, floor)")
+        self.scale_mode = scale_mode
+
+    def scale_dtype_ok(self, dtype: str) -> bool:
+        return is_e8m0_dtype(dtype)
 
 
 class MxFp4Storage(MxStorage):
@@ -169,37 +190,25 @@ class MxFp8Storage(MxStorage):
         return {"weight": "F8_E4M3", "scale": self.scale_dtype}
 
 
-class NvFp4Storage(StorageFormat):
+class NvFp4Storage(GroupedStorage):
     """NVFP4: E2M1 packed, an E4M3 scale per 16 inputs, an F32 global scale per matrix."""
 
     format = WeightFormat.NVFP4
     roles = ("weight", "scale", "global_scale")
     weight_pack = 2
+    scale_dtype_error = "nvfp4: scales are E4M3 (F8_E4M3), not {dtype}"
 
     def __init__(self, group_size: int = 16, scale_dtype: str = "F8_E4M3") -> None:
-        self.group_size = int(group_size)
-        if self.group_size < 2 or self.group_size % 2:
-            raise InputError(f"nvfp4: invalid group size {group_size}")
-        if scale_dtype not in ("F8_E4M3", "U8"):
-            raise InputError(f"nvfp4: scales are E4M3 (F8_E4M3), not {scale_dtype}")
-        self.scale_dtype = scale_dtype
+        super().__init__(group_size, scale_dtype)
 
-    @property
-    def label(self) -> str:
-        return f"nvfp4/{getattr(self, 'group_size', '?')}"
+    def scale_dtype_ok(self, dtype: str) -> bool:
+        return dtype in ("F8_E4M3", "U8")  # E4M3 bytes, or the same bytes as U8
 
     def storage_dtypes(self) -> dict[str, str]:
         return {"weight": "U8", "scale": self.scale_dtype, "global_scale": "F32"}
 
     def role_ndim(self, role: str, ndim: int) -> int:
         return ndim - 2 if role == "global_scale" else ndim
-
-    def axis(self, role: str, ndim: int, dim: int) -> Axis | None:
-        if dim >= self.role_ndim(role, ndim):
-            return None
-        if dim == ndim - 1:
-            return Axis(self.group_size) if role == "scale" else Axis(2, packed=True)
-        return Axis()
 
 
 #: the storage class of each format; ``quant.codecs`` passes its own table (same arguments)
@@ -270,6 +279,20 @@ def scheme_arguments(scheme: Scheme) -> dict[str, Any]:
 def get_storage_format(scheme: Scheme) -> StorageFormat:
     """What weights stored per ``scheme`` look like: dtypes, shapes, regions, pads."""
     return storage_for_format(**scheme_arguments(scheme))
+
+
+def scheme_alignment(scheme: Scheme, dim: int) -> int:
+    """Logical granularity of slices of ``dim`` (-2: rows, out; -1: columns, in) of a weight
+    stored per ``scheme``: the storage codec's ``alignment``, from the scheme's geometry alone
+    (dtypes do not change it). 1 for a scheme ckpt has no codec for.
+
+    Example: MXFP4/32 -> -1: 32 (scale groups, two values a byte), -2: 1;
+    fp8_block[128,64] -> -2: 128, -1: 64.
+    """
+    if scheme.format is WeightFormat.UNSUPPORTED:
+        return 1
+    storage = storage_for_format(scheme.format, block=scheme.block, group_size=scheme.group_size)
+    return storage.alignment(dim, (1, 1))
 
 
 def _first(dtypes: Iterable[str]) -> str | None:
