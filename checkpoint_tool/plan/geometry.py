@@ -25,13 +25,9 @@ from typing import Any
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.model.config_fields import config_field
 from checkpoint_tool.policy.decision import PolicyDecision
+from checkpoint_tool.quant.storage import round_up
 
 SHARED_KEY = "shared_expert_intermediate_size"
-
-
-def round_up(n: int, unit: int) -> int:
-    """Smallest multiple of ``unit`` that is >= ``n``."""
-    return -(-n // unit) * unit
 
 
 @dataclass(frozen=True)

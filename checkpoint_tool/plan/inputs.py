@@ -68,15 +68,7 @@ class PlanInputs:
     def codec(self, scheme: Scheme) -> Any:
         """The storage side of ``scheme``'s codec (``quant.storage``: shapes, regions, pads;
         no numbers, no torch), one per distinct storage scheme."""
-        key = (
-            scheme.format,
-            scheme.block,
-            scheme.group_size,
-            scheme.scale_dtypes,
-            scheme.scale_is_e8m0,
-            scheme.weight_dtypes,
-            id(scheme.spec),
-        )
+        key = scheme.storage_identity()
         codec = self._codecs.get(key)
         if codec is None:
             codec = self._codecs[key] = get_storage_format(scheme)

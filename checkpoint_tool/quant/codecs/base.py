@@ -19,10 +19,10 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from checkpoint_tool.errors import InputError
-from checkpoint_tool.plan.model import Pad, Region
 from checkpoint_tool.quant.codecs.ops import apply_pad, apply_region
 from checkpoint_tool.quant.scheme import WeightFormat
 from checkpoint_tool.quant.storage.base import Axis, Shape, StorageFormat
+from checkpoint_tool.regions import Pad, Region
 
 __all__ = ["Axis", "BaseCodec", "Parts", "Shape", "WeightCodec"]
 

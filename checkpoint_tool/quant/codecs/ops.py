@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from checkpoint_tool.errors import InputError
-from checkpoint_tool.plan.model import Pad, Region
+from checkpoint_tool.regions import Pad, Region
 
 
 def apply_region(t: torch.Tensor, region: Region) -> torch.Tensor:

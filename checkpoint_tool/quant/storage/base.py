@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from checkpoint_tool.errors import AlignmentError, InputError
-from checkpoint_tool.plan.model import Pad, Region
 from checkpoint_tool.quant.scheme import WeightFormat
 from checkpoint_tool.quant.storage.dtypes import one_fill, zero_fill
+from checkpoint_tool.regions import Pad, Region
 
 Shape = tuple[int, ...]
 

@@ -1,6 +1,6 @@
 """Storage dtypes of quantized tensors: element sizes and the pad fill bytes (no torch).
 
-Pad fills are the little-endian hex bytes of ONE storage element (``plan.model.Pad.fill``):
+Pad fills are the little-endian hex bytes of ONE storage element (``regions.Pad.fill``):
 zero weights and neutral (1.0) scales in the scale's own encoding.
 
 Example::
