@@ -32,6 +32,15 @@ PLAN_PARAMS = ("tp", "layout", "fse", "target", "pad_to", "max_shard_size", "lay
 
 
 @contextmanager
+def paused_gc() -> Iterator[None]:
+    """Automatic garbage collection off for the block (a command's bulk of acyclic objects)."""
+    from checkpoint_tool.catalog.bulk import gc_paused
+
+    with gc_paused():
+        yield
+
+
+@contextmanager
 def opened(
     src: str, *, headers_only: bool = True, meanwhile: Callable[[], object] | None = None
 ) -> Iterator[Catalog]:

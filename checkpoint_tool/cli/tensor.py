@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         fmt: FormatOpt = "human",
     ) -> None:
-        from checkpoint_tool.catalog import open_catalog
+        from checkpoint_tool.cli.session import opened
         from checkpoint_tool.quant.tensor_report import tensor_report
 
         if dequant and out is None:
@@ -103,6 +103,6 @@ def register(app: typer.Typer) -> None:
             raise UsageError(f"--out {out} is only used with --dequant; add --dequant")
         if out is not None and out.suffix != ".npy":
             raise UsageError(f"--out {out}: give a .npy file name (numpy format, float32)")
-        cat = open_catalog(src)
-        report = tensor_report(cat, name, out=out)
+        with opened(src) as cat:  # the catalog and its findings: collected once, afterwards
+            report = tensor_report(cat, name, out=out)
         emit(report, fmt, human=render)

@@ -13,6 +13,7 @@ import typer
 
 from checkpoint_tool.cli.options import ReportFormatOpt, SourceArg, TargetOpt
 from checkpoint_tool.cli.output import emit
+from checkpoint_tool.cli.session import paused_gc
 from checkpoint_tool.errors import UsageError
 
 HELP = """Check a checkpoint before publishing it: structure (index, shards, headers, offsets,
@@ -126,7 +127,8 @@ def register(app: typer.Typer) -> None:
             strict=strict,
             target=target,
         )
-        report = validate_checkpoint(path, options, only=list(only) if only else None)
+        with paused_gc():  # the catalog, its policy and findings: collected once, afterwards
+            report = validate_checkpoint(path, options, only=list(only) if only else None)
         if junit is not None:
             try:
                 junit.write_text(render_junit(report), encoding="utf-8")

@@ -21,6 +21,7 @@ from checkpoint_tool.cli.options import (
     VerifyTpOpt,
 )
 from checkpoint_tool.cli.output import emit
+from checkpoint_tool.cli.session import paused_gc
 
 HELP = """Prove a converted checkpoint against its source.
 
@@ -147,7 +148,8 @@ def register(app: typer.Typer) -> None:
             if spread_report.exit_code:
                 raise typer.Exit(spread_report.exit_code)
             return
-        report = verify_checkpoint(dst, source, options, progress=bar)
+        with paused_gc():  # two catalogs, a plan and their findings: collected once, afterwards
+            report = verify_checkpoint(dst, source, options, progress=bar)
         emit(report, fmt, human=render_human)  # type: ignore[arg-type]
         if report.exit_code:
             raise typer.Exit(report.exit_code)
