@@ -11,9 +11,12 @@ Matrix (one engine load per checkpoint x TP x load format, shared through ``engi
 | block FP8, I 128 (I_r 64: vLLM refuses) | hf (ckpt pads); vllm-sharded            | TP 2 |
 
 The FP8 rows need a CPU with AMX tiles (vLLM 0.32's only CPU block-FP8 kernel); elsewhere they
-skip with that reason (``fp8_engine``).
+skip with that reason (``fp8_engine``). That kernel is not deterministic under CPU contention:
+two loads of the same bytes at TP 2 differed by up to 0.004 nat with two busy loops running
+beside them (bit for bit when the box is quiet), so FP8 comparisons allow ``FP8_TOLERANCE``.
 
 Bit for bit: an unpadded output and its source at the same TP; FP8 outputs and their source
+(within ``FP8_TOLERANCE``, see above)
 (vLLM's block-FP8 MoE path is only compared with itself: it deviates ~1 nat from the BF16 twin
 on any checkpoint once the intermediate has two K blocks); hf and vllm-sharded of the same
 conversion. Padding: zero rows/columns change no sum mathematically, but vLLM's CPU kernels
@@ -34,6 +37,8 @@ FP8 = "deepseek-v3-fp8"
 FSE_OFF = ("--fse", "off")
 #: nats: padded BF16 vs its source (kernel accumulation order; see the module docstring)
 PAD_TOLERANCE = 0.05
+#: nats: two block-FP8 runs (vLLM's AMX kernel under contention; see the module docstring)
+FP8_TOLERANCE = 0.02
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +54,7 @@ def _close(a, b, tol: float) -> float:  # type: ignore[no-untyped-def]
         for ra, rb in zip(a.prompt_logprobs, b.prompt_logprobs, strict=True)
         for x, y in zip(ra, rb, strict=True)
     )
-    assert worst <= tol, f"padded output differs from the source by {worst:.4f} nat"
+    assert worst <= tol, f"the outputs differ by {worst:.4f} nat (tolerance {tol})"
     return worst
 
 
@@ -85,8 +90,8 @@ def test_fp8_aligned_hf_and_sharded_compute_the_source(fp8_engine, engine, conve
     hf = converted(src, "--tp", "2", *FSE_OFF)
     sharded = converted(src, "--tp", "2", "--layout", "vllm-sharded", *FSE_OFF)
     ref = engine(src, tp=2)
-    same_logprobs(ref, engine(hf, tp=2))
-    same_logprobs(ref, engine(sharded, tp=2, load_format="sharded_state"))
+    _close(ref, engine(hf, tp=2), FP8_TOLERANCE)
+    _close(ref, engine(sharded, tp=2, load_format="sharded_state"), FP8_TOLERANCE)
 
 
 def test_fp8_source_vllm_refuses_at_tp2_loads_after_convert(
@@ -99,4 +104,4 @@ def test_fp8_source_vllm_refuses_at_tp2_loads_after_convert(
     hf = converted(src, "--tp", "2", *FSE_OFF)
     sharded = converted(src, "--tp", "2", "--layout", "vllm-sharded", *FSE_OFF)
     assert json.loads((hf / "config.json").read_text())["moe_intermediate_size"] == 256
-    same_logprobs(engine(hf, tp=2), engine(sharded, tp=2, load_format="sharded_state"))
+    _close(engine(hf, tp=2), engine(sharded, tp=2, load_format="sharded_state"), FP8_TOLERANCE)
