@@ -199,11 +199,8 @@ class _PrettyTensors:
         self.i0, self.i1, self.i2 = i0, i0 + "  ", i0 + "    "
         self.shapes: dict[tuple[int, ...], str] = {}
         self.ops: dict[tuple[str, ...], str] = {}
-        i3 = self.i2 + "  "
-        self.plain = (
-            f'[{self.i2}{{{i3}"pads": [],{i3}"slices": [],{i3}"source": ',
-            f"{self.i2}}}{self.i1}]",
-        )
+        #: a single piece's text before and after its source name, by (slices, pads)
+        self.around: dict[tuple, tuple[str, ...]] = {}
 
     def __call__(self, t: OutputTensor) -> str:
         i0, i1 = self.i0, self.i1
@@ -214,10 +211,13 @@ class _PrettyTensors:
         if ops is None:
             ops = self.ops[okey] = _scalars([_a(o) for o in okey], i1)
         pieces = t.pieces
-        if len(pieces) == 1 and not pieces[0].slices and not pieces[0].pads:
-            src = pieces[0].source
-            text = _a(t.name) if src == t.name else _a(src)
-            pieces_text = self.plain[0] + text + self.plain[1]
+        if len(pieces) == 1:  # the regions and pads of a cut repeat over every expert
+            p = pieces[0]
+            around = self.around.get(cut := (p.slices, p.pads))
+            if around is None:
+                text = _scalars([_piece_pretty(p._replace(source=""), self.i2)], i1)
+                around = self.around[cut] = tuple(text.split('"source": ""'))  # type: ignore[assignment]
+            pieces_text = f'{around[0]}"source": {_a(p.source)}{around[1]}'
         else:
             pieces_text = _scalars([_piece_pretty(p, self.i2) for p in pieces], i1)
         fill = "null" if t.fill is None else _a(t.fill)

@@ -173,7 +173,7 @@ def _place(inputs: PlanInputs, name: str, part: ExpertPart, cutter: _Cutter) -> 
     target = (
         geo.routed_target() if part.kind == "routed" else geo.shared_target(layer.n_shared, width)
     )
-    ranges = [(k * width, (k + 1) * width) for k in range(part.segments)]
+    ranges = cutter.whole(width, part.segments)
     return [(rename(name, is_scale=is_scale), cutter.cut(entry, rt, part, ranges, target, width))]
 
 
@@ -188,6 +188,16 @@ class _Cutter:
         self.cache: PlacementCache = {}
         self.codecs: dict[int, Any] = {}  # by id of the weight's Scheme (alive in resolved)
         self.logical: dict[tuple, tuple[int, ...]] = {}
+        self._whole: dict[tuple[int, int], list[tuple[int, int]]] = {}
+
+    def whole(self, width: int, segments: int) -> list[tuple[int, int]]:
+        """The ranges of a whole expert tensor: ``segments`` blocks of ``width`` (read-only)."""
+        ranges = self._whole.get((width, segments))
+        if ranges is None:
+            ranges = self._whole[width, segments] = [
+                (k * width, (k + 1) * width) for k in range(segments)
+            ]
+        return ranges
 
     def cut(
         self,
