@@ -9,10 +9,9 @@ the last dim). An output tensor becomes a small tree of nodes:
   ``PieceNode`` without a file is a constant block (the rows a dim-0 pad adds).
 - ``CombineNode``: children concatenated along ``axis`` or stacked on a new ``axis``.
 
-Each node can fill rows ``[r0, r1)`` of dim 0 into a caller-provided numpy view (one strided
-copy from a read buffer that holds the covering source rows), tell whether it is one contiguous
-byte range of a source file (then it is streamed verbatim), and split itself into per-row
-sub-nodes when a single row is too large for the memory budget.
+Each node fills rows ``[r0, r1)`` of dim 0 into a caller's numpy view (one strided copy from a
+read buffer), tells whether it is one contiguous byte range of a source file (then streamed
+verbatim), and splits into per-row sub-nodes when one row exceeds the memory budget.
 
 Example (rank 1 of 2 of a ``[4, 6]`` BF16 down projection, padded from 3 to 4 columns)::
 
