@@ -4,9 +4,8 @@ The executor never interprets element values: every dtype is a run of ``itemsize
 elements in row-major order, in **storage** coordinates (packed FP4 ``U8``/``F4`` count bytes on
 the last dim). An output tensor becomes a small tree of nodes:
 
-- ``PieceNode``: a box ``[start, stop)`` per dim of one source tensor (the plan's regions,
-  composed), then pads appended in order (each pad element = the pad's ``fill`` bytes). A
-  ``PieceNode`` without a file is a constant block (the rows a dim-0 pad adds).
+- ``PieceNode``: a box ``[start, stop)`` per dim of one source tensor (the plan's regions),
+  then its pads (``fill`` bytes each); without a file, a constant block (a dim-0 pad's rows).
 - ``CombineNode``: children concatenated along ``axis`` or stacked on a new ``axis``.
 
 Each node fills rows ``[r0, r1)`` of dim 0 into a caller's numpy view (one strided copy from a
