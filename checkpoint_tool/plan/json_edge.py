@@ -192,17 +192,37 @@ def _piece_pretty(p: Piece, i2: str) -> str:
 
 
 class _PrettyTensors:
-    """``_tensor_pretty`` with the repeated parts (shapes, ops lists, plain pieces) written
-    once per distinct value: a full-size plan has ~92k tensors but a few hundred shapes."""
+    """A tensor's pretty JSON with the repeated parts (shapes, ops lists, single-piece tensors
+    but for their names) written once per distinct value: a full-size plan has ~92k tensors
+    but a few hundred distinct shapes."""
 
     def __init__(self, i0: str) -> None:
         self.i0, self.i1, self.i2 = i0, i0 + "  ", i0 + "    "
         self.shapes: dict[tuple[int, ...], str] = {}
         self.ops: dict[tuple[str, ...], str] = {}
-        #: a single piece's text before and after its source name, by (slices, pads)
-        self.around: dict[tuple, tuple[str, ...]] = {}
+        #: a single-piece tensor's text around its name and its source's, by what repeats
+        self.whole: dict[tuple, tuple[str, str, str]] = {}
 
     def __call__(self, t: OutputTensor) -> str:
+        pieces = t.pieces
+        if len(pieces) != 1:
+            return self.text(t)
+        # a single-piece tensor: everything but its two names repeats over every expert of a
+        # layer (the shape and ops objects are shared, alive for the whole dump: keyed by id)
+        p = pieces[0]
+        key = (id(t.shape), id(t.ops), t.dtype, t.layer, t.combine, t.axis, t.fill, p.slices)
+        key += (p.pads,)
+        parts = self.whole.get(key)
+        if parts is None:
+            text = self.text(OutputTensor("", t.dtype, t.shape, (p._replace(source=""),),
+                                          t.combine, t.axis, t.ops, t.layer, t.fill))  # fmt: skip
+            head, rest = text.split('"name": ""', 1)
+            middle, tail = rest.split('"source": ""', 1)
+            parts = self.whole[key] = (head, middle, tail)
+        return f'{parts[0]}"name": {_a(t.name)}{parts[1]}"source": {_a(p.source)}{parts[2]}'
+
+    def text(self, t: OutputTensor) -> str:
+        """``t`` as ``json.dumps(indent=2, sort_keys=True)`` writes it at this depth."""
         i0, i1 = self.i0, self.i1
         shape = self.shapes.get(key := tuple(t.shape))
         if shape is None:
@@ -210,16 +230,7 @@ class _PrettyTensors:
         ops = self.ops.get(okey := tuple(t.ops))
         if ops is None:
             ops = self.ops[okey] = _scalars([_a(o) for o in okey], i1)
-        pieces = t.pieces
-        if len(pieces) == 1:  # the regions and pads of a cut repeat over every expert
-            p = pieces[0]
-            around = self.around.get(cut := (p.slices, p.pads))
-            if around is None:
-                text = _scalars([_piece_pretty(p._replace(source=""), self.i2)], i1)
-                around = self.around[cut] = tuple(text.split('"source": ""'))  # type: ignore[assignment]
-            pieces_text = f'{around[0]}"source": {_a(p.source)}{around[1]}'
-        else:
-            pieces_text = _scalars([_piece_pretty(p, self.i2) for p in pieces], i1)
+        pieces_text = _scalars([_piece_pretty(p, self.i2) for p in t.pieces], i1)
         fill = "null" if t.fill is None else _a(t.fill)
         layer = "null" if t.layer is None else str(t.layer)
         return (
