@@ -1,7 +1,6 @@
 """What the planner is given, built once per plan: the catalog, the policy decision, the rules.
 
-Immutable apart from two lookup caches (storage codecs by scheme, expert weights by module)
-and the notes the layouts add.
+Immutable apart from a lookup cache (storage codecs by scheme) and the notes the layouts add.
 The decision comes from ``policy.build.decide_policy``; the planner never reads the inspect
 report. The only planner-side change to the decision: a layer the policy fuses is left
 unfused when the recipe's loader cannot hold shared experts in routed slots (a note says so;
@@ -54,7 +53,6 @@ class PlanInputs:
     #: findings for the plan's notes (the layouts add theirs)
     notes: list[str] = field(default_factory=list)
     _codecs: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
-    _weights: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def resolved(self) -> Any:
@@ -75,14 +73,8 @@ class PlanInputs:
         return codec
 
     def weight_of(self, module: str) -> str | None:
-        """The weight tensor of an expert ``module`` (3-D fused params are their own module)."""
-        if not self._weights:
-            self._weights.update(
-                (t.module, name)
-                for name, t in self.resolved.tensors.items()
-                if t.role == "weight" and name in self.experts
-            )
-        return self._weights.get(module)
+        """The ``.weight`` tensor of an expert ``module`` (the resolver's module index)."""
+        return self.resolved.modules.get(module, {}).get("weight")
 
 
 def plan_inputs(

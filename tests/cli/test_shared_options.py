@@ -8,16 +8,16 @@ would fail on the missing path instead, with another message.
 from __future__ import annotations
 
 import ast
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import typer.main
+from main_run import run_main as _run
 from typer.testing import CliRunner
 
 from checkpoint_tool.cli import options
-from checkpoint_tool.cli.app import app, main
+from checkpoint_tool.cli.app import app
 
 CLI = Path(options.__file__).parent
 
@@ -26,14 +26,6 @@ SAME_NAME_OTHER_MEANING = {
     "--layers": "synth: how many decoder layers to write (a count, not a list)",
     "--seed": "synth: the random data; verify: the hidden states",
 }
-
-
-def _run(monkeypatch, capsys, *argv: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["ckpt", *argv])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out = capsys.readouterr()
-    return int(exc.value.code or 0), out.out, out.err
 
 
 def _argv(command: str, tmp_path: Path) -> list[str]:

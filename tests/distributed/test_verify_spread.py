@@ -4,21 +4,11 @@ single-host ``ckpt verify --no-numeric``; a corrupted byte is found by the part 
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
+from main_run import run_main as _run
 
 from checkpoint_tool.catalog import open_local
-from checkpoint_tool.cli.app import main
-
-
-def _run(monkeypatch, capsys, *argv: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["ckpt", *argv])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out = capsys.readouterr()
-    return int(exc.value.code or 0), out.out, out.err
-
 
 COUNTS = ("files_checked", "tensors_checked", "tensors_padded", "bytes_compared")
 

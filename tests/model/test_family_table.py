@@ -25,23 +25,12 @@ import pytest
 
 from checkpoint_tool.model import ModelFacts, model_facts
 
+from .test_families import R1
+
 SNAPSHOT = Path(__file__).with_name("facts_snapshot.json")
 
 Case = Callable[[], tuple[dict[str, Any], dict[str, tuple[int, ...]] | None]]
 
-R1 = {
-    "model_type": "deepseek_v3",
-    "architectures": ["DeepseekV3ForCausalLM"],
-    "hidden_size": 7168,
-    "num_hidden_layers": 61,
-    "first_k_dense_replace": 3,
-    "moe_layer_freq": 1,
-    "n_routed_experts": 256,
-    "n_shared_experts": 1,
-    "moe_intermediate_size": 2048,
-    "num_experts_per_tok": 8,
-    "num_nextn_predict_layers": 1,
-}
 HAND: dict[str, dict[str, Any]] = {
     "r1": R1,
     "kimi-k2": {

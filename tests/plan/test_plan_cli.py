@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
+from main_run import run_main as _run
 
-from checkpoint_tool.cli.app import main
 from checkpoint_tool.cli.options import parse_layers
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.plan.model import Plan
-
-
-def _run(monkeypatch, capsys, *argv: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["ckpt", *argv])
-    with pytest.raises(SystemExit) as exc:
-        main()
-    out = capsys.readouterr()
-    return int(exc.value.code or 0), out.out, out.err
 
 
 def test_plan_json_is_the_whole_plan(monkeypatch, capsys, synth_ckpt):
@@ -33,12 +24,22 @@ def test_plan_json_is_the_whole_plan(monkeypatch, capsys, synth_ckpt):
 def test_plan_human_summary(monkeypatch, capsys, synth_ckpt):
     src = synth_ckpt("quark-hybrid", moe_intermediate=160)
     code, out, _ = _run(
-        monkeypatch, capsys, "plan", str(src), "--tp", "2", "--max-shard-size", "2MB",
-        "--target", "vllm-per-layer-fse",
+        monkeypatch,
+        capsys,
+        "plan",
+        str(src),
+        "--tp",
+        "2",
+        "--max-shard-size",
+        "2MB",
+        "--target",
+        "vllm-per-layer-fse",
     )
     assert code == 0
     assert "written as routed slots on MoE layer(s) [3, 4]" in out
-    assert "target vllm-per-layer-fse" in out and "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1" in out
+    assert (
+        "target vllm-per-layer-fse" in out and "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1" in out
+    )
     # the default target, a stock vLLM, fuses none: nothing is redirected, nothing to set
     code, out, _ = _run(monkeypatch, capsys, "plan", str(src), "--tp", "2")
     assert code == 0 and "kept shared on [1, 2, 3, 4]" in out
