@@ -110,3 +110,18 @@ def test_mtp_layers_are_dropped_by_rule(sharded):
     assert mtp and all(d.name.startswith("model.layers.4.") for d in mtp)
     assert "DeepSeekMTP" in mtp[0].reason
     assert p.summary.dropped_by_rule["vllm_sharded_mtp"] == len(mtp)
+
+
+def test_merged_shards_whose_quark_specs_differ_in_any_key_are_refused(synth_ckpt, tmp_path):
+    """vLLM deep-compares the specs of the shards it merges (quark.py,
+    QuarkConfig._find_matched_config: "requires all to use the same scheme"), so a key that
+    changes no byte (``observer_cls``) still makes vLLM refuse: so does the layout."""
+    src = tmp_path / "ckpt"
+    shutil.copytree(synth_ckpt("quark-hybrid"), src)
+    config = json.loads((src / "config.json").read_text())
+    spec = config["quantization_config"]["layer_quant_config"]["model.layers.0.self_attn.q_a_proj"]
+    spec["weight"]["observer_cls"] = "PerChannelMinMaxObserver"
+    (src / "config.json").write_text(json.dumps(config))
+    with pytest.raises(InputError, match=r"vLLM merges .*q_a_proj.*kv_a_proj_with_mqa"):
+        plan(src)
+    plan(synth_ckpt("quark-hybrid"))  # the untouched checkpoint plans

@@ -154,7 +154,8 @@ class ParamBuilder:
             shards.append((hf, out, tensors))
         schemes = [self.index.scheme(t["weight"]) for _, _, t in shards]
         scheme = schemes[0]
-        if any(s.storage_identity() != scheme.storage_identity() for s in schemes[1:]):
+        # vLLM deep-compares shard specs (quark.py QuarkConfig._find_matched_config)
+        if any(s.producer_identity() != scheme.producer_identity() for s in schemes[1:]):
             names = ", ".join(
                 f"{hf} ({s.short()})" for (hf, _, _), s in zip(shards, schemes, strict=True)
             )
