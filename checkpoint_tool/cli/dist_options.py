@@ -171,8 +171,8 @@ def run_verify(
     """``ckpt verify`` spread: the report and its human renderer."""
     import glob
 
-    from checkpoint_tool.execute.distributed import verify_spread as vs
     from checkpoint_tool.execute.distributed.split import parse_part
+    from checkpoint_tool.verify import spread as vs
     from checkpoint_tool.verify.render import render_human
 
     if sum([executor is ExecutorOption.ray, part is not None, bool(merge)]) > 1:

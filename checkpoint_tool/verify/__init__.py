@@ -3,7 +3,9 @@
 - lossless (``verify.lossless``): every output tensor is the exact source bytes (and padding)
   the plan rebuilt from ``ckpt-manifest.json`` says it is;
 - numeric (``verify.numeric``): sampled MoE layers of the converted checkpoint run through the
-  bundled runtime match a float reference computed from the source.
+  bundled runtime match a float reference computed from the source;
+- spread (``verify.spread``): the lossless check split like ``convert --part`` or over Ray
+  tasks, and part reports merged into one.
 
 Public API::
 

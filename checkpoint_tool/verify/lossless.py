@@ -82,7 +82,13 @@ class _OutputUnreadable(Exception):
     """A DST file could not be read (reported per tensor; source read errors still raise)."""
 
 
-class _Checker:
+class LosslessChecker:
+    """Compares output files one at a time; mismatches collect in ``report``.
+
+    ``check_file(plan.files[i])`` for each weight file, ``check_others()`` for config.json,
+    the index and side files, then ``close()``.
+    """
+
     def __init__(
         self,
         plan: Plan,
@@ -299,8 +305,13 @@ class _Checker:
     def file_mismatch(self, rel: str, message: str) -> None:
         self.mismatch(TensorMismatch(tensor="", file=rel, kind="file_differs", message=message))
 
+    def close(self) -> None:
+        """Close the output files opened so far."""
+        self.files.close()
 
-def _nbytes(t: OutputTensor) -> int:
+
+def stored_nbytes(t: OutputTensor) -> int:
+    """Bytes of an output tensor as stored (``F4``: packed, two values a byte)."""
     shape, itemsize = storage_geometry(t.dtype, t.shape)
     return math.prod(shape) * itemsize
 
@@ -332,16 +343,16 @@ def check_lossless(
     """
     t0 = time.monotonic()
     prog = progress or NullProgress()
-    checker = _Checker(plan, catalog, dst, budget, max_listed, prog)
-    total = sum(_nbytes(t) for f in plan.files for t in f.tensors)
+    checker = LosslessChecker(plan, catalog, dst, budget, max_listed, prog)
+    total = sum(stored_nbytes(t) for f in plan.files for t in f.tensors)
     prog.start(total, len(plan.files))
     try:
         for ofile in plan.files:
             checker.check_file(ofile)
-            prog.file_done(ofile.name, sum(_nbytes(t) for t in ofile.tensors))
+            prog.file_done(ofile.name, sum(stored_nbytes(t) for t in ofile.tensors))
         checker.check_others()
     finally:
-        checker.files.close()
+        checker.close()
         prog.close()
     report = checker.report
     report.status = "failed" if report.mismatch_count else "passed"

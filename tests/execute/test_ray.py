@@ -83,10 +83,10 @@ def test_cli_executor_ray(ray_session, monkeypatch, capsys, synth_ckpt, tmp_path
 
 
 def test_verify_with_ray_tasks_equals_one_host(ray_session, synth_ckpt, tmp_path):
-    from checkpoint_tool.execute.distributed.verify_spread import verify_ray
     from checkpoint_tool.plan.build import plan_for_catalog
     from checkpoint_tool.plan.model import PlanOptions
     from checkpoint_tool.verify import VerifyOptions, verify_checkpoint
+    from checkpoint_tool.verify.spread import verify_ray
 
     src = synth_ckpt("quark-hybrid")
     cat = open_local(src)

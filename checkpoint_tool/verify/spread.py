@@ -28,7 +28,7 @@ from checkpoint_tool.errors import UsageError
 from checkpoint_tool.execute.distributed.split import split_files
 from checkpoint_tool.execute.progress import NullProgress
 from checkpoint_tool.plan.model import Plan
-from checkpoint_tool.verify.lossless import _Checker, _nbytes
+from checkpoint_tool.verify.lossless import LosslessChecker, stored_nbytes
 from checkpoint_tool.verify.replan import check_source_identity, rebuild_plan, require_manifest
 from checkpoint_tool.verify.report import LosslessReport, NumericReport, VerifyReport
 
@@ -75,14 +75,14 @@ def check_files(
     """The lossless check of plan files ``indexes`` (and of the non-weight files if
     ``others``), with ``verify.lossless``'s checker."""
     t0 = time.monotonic()
-    checker = _Checker(plan, catalog, dst, budget, max_listed, NullProgress())
+    checker = LosslessChecker(plan, catalog, dst, budget, max_listed, NullProgress())
     try:
         for i in indexes:
             checker.check_file(plan.files[i])
         if others:
             checker.check_others()
     finally:
-        checker.files.close()
+        checker.close()
     report = checker.report
     report.status = "failed" if report.mismatch_count else "passed"
     report.seconds = round(time.monotonic() - t0, 3)
@@ -94,7 +94,7 @@ def verify_part(
 ) -> VerifyPartReport:
     t0 = time.monotonic()
     plan, catalog, sha, same = _prepare(Path(dst), source)
-    sizes = [sum(_nbytes(t) for t in f.tensors) for f in plan.files]
+    sizes = [sum(stored_nbytes(t) for t in f.tensors) for f in plan.files]
     mine = split_files(sizes, parts)[part]
     lossless = check_files(plan, catalog, Path(dst), mine, others=part == 0, budget=budget,
                            max_listed=max_listed)  # fmt: skip
