@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-FLOOR = "from checkpoint_tool.catalog.catalog import open_catalog; import sys; open_catalog(sys.argv[1])"
+FLOOR = "from checkpoint_tool.catalog import open_catalog; import sys; open_catalog(sys.argv[1])"
 
 
 def build_r1(dst: Path) -> Path:
@@ -117,7 +117,7 @@ def convert_memory(work: Path) -> None:
 
 def stages(src: Path, tp: int) -> None:
     """CPU seconds of each planning step in this process."""
-    from checkpoint_tool.catalog.catalog import open_catalog
+    from checkpoint_tool.catalog import open_catalog
     from checkpoint_tool.plan.inputs import plan_inputs
     from checkpoint_tool.plan.layouts import get_layout
     from checkpoint_tool.plan.model import PlanOptions

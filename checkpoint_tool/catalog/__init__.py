@@ -1,16 +1,13 @@
 """Header-only checkpoint catalog, sources (local / hub) and byte-range reads."""
 
-from checkpoint_tool.catalog.catalog import (
-    INDEX_NAME,
-    Catalog,
-    TensorEntry,
-    open_catalog,
-    open_local,
-)
+from checkpoint_tool.catalog.byte_range import read_range
+from checkpoint_tool.catalog.catalog import INDEX_NAME, Catalog, TensorEntry
+from checkpoint_tool.catalog.local import open_local
+from checkpoint_tool.catalog.open import open_catalog
 
-#: byte-range readers hand out torch tensors; imported on first use so that header-only
+#: the tensor readers hand out torch tensors; imported on first use so that header-only
 #: commands (inspect, plan) do not pay torch's import time
-_READER_NAMES = ("read_range", "read_rows", "read_tensor")
+_READER_NAMES = ("read_rows", "read_tensor")
 
 
 def __getattr__(name: str) -> object:

@@ -1,7 +1,7 @@
 """Read tensor bytes by byte range, without loading whole shards.
 
-Reads use ``os.pread`` on the shard at the entry's absolute offsets, so only the bytes a caller
-asks for are read. Raw bytes come back as a torch tensor of the *storage* dtype (``U8`` ->
+Reads go through ``Catalog.read_bytes`` (``os.preadv`` of a local shard at the entry's absolute
+offsets, or a ranged read of a remote one), so only the bytes a caller asks for are read. Raw bytes come back as a torch tensor of the *storage* dtype (``U8`` ->
 uint8, ``F8_E4M3`` -> float8_e4m3fn, ``F8_E8M0`` -> uint8 view, ``F4`` -> uint8 packed bytes).
 
 Example::
@@ -11,8 +11,6 @@ Example::
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 
@@ -38,32 +36,6 @@ TORCH_STORAGE_DTYPE: dict[str, torch.dtype] = {
     "F64": torch.float64,
     "F4": torch.uint8,
 }
-
-
-def read_range(path: os.PathLike[str] | str, begin: int, end: int) -> bytes:
-    """Read ``[begin, end)`` of a file, raising ``InputError`` on a short read."""
-    n = end - begin
-    buf = bytearray(n)
-    view = memoryview(buf)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot open ({exc.strerror})") from exc
-    try:
-        got = 0
-        while got < n:
-            chunk = os.preadv(fd, [view[got:]], begin + got)
-            if chunk == 0:
-                raise InputError(
-                    f"{path}: file ends at byte {begin + got}, expected data up to {end}; "
-                    "the shard is truncated, re-download it"
-                )
-            got += chunk
-    except OSError as exc:
-        raise InputError(f"{path}: read error at byte {begin} ({exc.strerror})") from exc
-    finally:
-        os.close(fd)
-    return bytes(buf)
 
 
 def entry_storage_shape(entry: TensorEntry) -> tuple[int, ...]:

@@ -36,7 +36,8 @@ from typing import Literal
 
 import torch
 
-from checkpoint_tool.catalog.catalog import Catalog, open_catalog
+from checkpoint_tool.catalog import open_catalog
+from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.catalog.reader import read_rows, read_tensor
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.model import ModelFacts, MoeLayerFacts, model_facts

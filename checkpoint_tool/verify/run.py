@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from checkpoint_tool.catalog.catalog import open_catalog
+from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.execute.manifest import Manifest, read_manifest
 from checkpoint_tool.execute.progress import Progress

@@ -23,7 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from checkpoint_tool.catalog.catalog import Catalog, open_catalog
+from checkpoint_tool.catalog import open_catalog
+from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.execute.distributed.split import split_files
 from checkpoint_tool.execute.progress import NullProgress

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_tool.catalog import header_pool
-from checkpoint_tool.catalog.catalog import open_local
+from checkpoint_tool.catalog import header_pool, open_local
 from checkpoint_tool.catalog.header_pool import MIN_FILES, HeaderReader
 from checkpoint_tool.catalog.safetensors_format import read_header
 from checkpoint_tool.errors import InputError

@@ -130,7 +130,7 @@ def test_qwen3_moe_saved_by_transformers5_spells_num_local_experts():
 
 
 def test_qwen2_moe_shared_expert_and_its_gate(synth_ckpt):
-    from checkpoint_tool.catalog.catalog import open_local
+    from checkpoint_tool.catalog import open_local
 
     cat = open_local(synth_ckpt("qwen2-moe"))
     f = model_facts(cat.config, cat.tensors.keys())

@@ -9,7 +9,8 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
-from checkpoint_tool.catalog.catalog import Catalog, open_catalog
+from checkpoint_tool.catalog import open_catalog
+from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.plan.build import plan_for_catalog
 from checkpoint_tool.plan.model import OutputTensor, Plan, PlanOptions
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from plan_helpers import materialize, outputs, plan_of, read
 
-from checkpoint_tool.catalog.catalog import open_catalog
+from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.plan.build import plan_for_catalog
 from checkpoint_tool.plan.model import Plan, PlanOptions
 from checkpoint_tool.synth import PRESETS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoint_tool.catalog.catalog import open_catalog
+from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.recipes import RuleSet, auto_recipe
 from checkpoint_tool.synth import PRESETS
 

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from checkpoint_tool.catalog.catalog import open_local
-from checkpoint_tool.catalog.reader import read_range, read_tensor
+from checkpoint_tool.catalog import open_local
+from checkpoint_tool.catalog.byte_range import read_range
+from checkpoint_tool.catalog.reader import read_tensor
 from checkpoint_tool.quant.codecs import codec_for_format
 from checkpoint_tool.synth import PRESETS, build_layout
 from checkpoint_tool.synth.data import WEIGHT_STD, generator

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from checkpoint_tool.catalog.catalog import open_local
+from checkpoint_tool.catalog import open_local
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "producer-headers"
 QUARK = "quark-0.13_tiny-deepseek_v3_"

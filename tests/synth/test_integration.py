@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from checkpoint_tool.catalog.catalog import open_local
+from checkpoint_tool.catalog import open_local
 from checkpoint_tool.model import model_facts
 from checkpoint_tool.quant.findings import catalog_findings
 from checkpoint_tool.quant.resolve import resolve_catalog

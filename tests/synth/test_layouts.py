@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from checkpoint_tool.catalog.catalog import open_local
+from checkpoint_tool.catalog import open_local
 from checkpoint_tool.errors import OutputError, UsageError
 from checkpoint_tool.synth import build_layout, synth_checkpoint
 

@@ -26,17 +26,17 @@ import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from checkpoint_tool.catalog.catalog import (
+from checkpoint_tool.catalog.catalog import Catalog, add_headers
+from checkpoint_tool.catalog.index import (
     INDEX_NAME,
-    Catalog,
-    _check_index_matches,
-    _files_from_index,
-    _read_json_if_present,
-    add_headers,
-    open_local,
+    check_index_matches,
+    files_from_index,
+    read_json_if_present,
 )
+from checkpoint_tool.catalog.local import open_local
 from checkpoint_tool.catalog.remote.store import Store, parallel
 from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES, FileHeader, parse_header
+from checkpoint_tool.catalog.sources import HUB_PATTERNS
 from checkpoint_tool.errors import InputError
 
 HF_RE = re.compile(r"^(?:hf://)?([A-Za-z0-9][\w.-]*/[\w.-]+)(?:@([\w./-]+))?$")
@@ -115,8 +115,6 @@ def _s3_root(store: Store) -> Path:
 def _open_cached(repo: str, revision: str | None, cache: Path) -> Catalog:
     from huggingface_hub import snapshot_download
 
-    from checkpoint_tool.catalog.sources import HUB_PATTERNS
-
     try:
         folder = Path(
             snapshot_download(
@@ -158,9 +156,9 @@ def _open_store(store: Store, root: Path, headers_only: bool) -> Catalog:
     for rel in wanted:
         store.count(fetch_small(store, root, rel))
     root.mkdir(parents=True, exist_ok=True)
-    index = _read_json_if_present(root / INDEX_NAME) if INDEX_NAME in store.files else None
+    index = read_json_if_present(root / INDEX_NAME) if INDEX_NAME in store.files else None
     if index is not None:
-        files = _files_from_index(where, index, exists=store.files.__contains__)  # type: ignore[arg-type]
+        files = files_from_index(where, index, exists=store.files.__contains__)  # type: ignore[arg-type]
     else:
         files = sorted(r for r in store.files if r.endswith(".safetensors") and "/" not in r)
         if not files:
@@ -178,8 +176,8 @@ def _open_store(store: Store, root: Path, headers_only: bool) -> Catalog:
             root=root,
             tensors={},
             files=files,
-            config=_read_json_if_present(root / "config.json"),
-            hf_quant_config=_read_json_if_present(root / "hf_quant_config.json"),
+            config=read_json_if_present(root / "config.json"),
+            hf_quant_config=read_json_if_present(root / "hf_quant_config.json"),
             index=index,
             store=store,
         )
@@ -187,7 +185,7 @@ def _open_store(store: Store, root: Path, headers_only: bool) -> Catalog:
         add_headers(cat, files, headers)
         cat.header_bytes_read = sum(8 + h.header_len for h in headers)
         if index is not None:
-            _check_index_matches(where, index, cat)  # type: ignore[arg-type]
+            check_index_matches(where, index, cat)  # type: ignore[arg-type]
     cat.source, cat.revision = store.source, store.revision
     return cat
 

@@ -1,0 +1,73 @@
+"""Open a local checkpoint folder (or one ``.safetensors`` file in it) as a ``Catalog``.
+
+Reads ``config.json``, ``hf_quant_config.json``, the index and every shard's header (in a
+forked child where that pays, ``header_pool``); never tensor data.
+
+Example::
+
+    cat = open_local(Path("./quark-hybrid"))
+    cat.files, len(cat.tensors), cat.header_bytes_read   # (['model-00001-of-00003...', ...], 213, 41890)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from checkpoint_tool.catalog.catalog import Catalog, add_headers
+from checkpoint_tool.catalog.header_pool import HeaderReader
+from checkpoint_tool.catalog.index import (
+    INDEX_NAME,
+    check_index_matches,
+    files_from_index,
+    read_json_if_present,
+)
+from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES
+from checkpoint_tool.errors import InputError
+
+
+def open_local(
+    root: Path,
+    *,
+    single_file: str | None = None,
+    meanwhile: Callable[[], object] | None = None,
+) -> Catalog:
+    """Open a local folder (or one file inside it) as a catalog (``meanwhile``: see
+    ``catalog.open.open_catalog``)."""
+    root = Path(root)
+    if not root.exists():
+        raise InputError(f"{root}: no such file or folder; give a checkpoint folder or a repo id")
+    config = read_json_if_present(root / "config.json")
+    hf_quant = read_json_if_present(root / "hf_quant_config.json")
+    index = None
+    reader = None
+    if single_file is not None:
+        files = [single_file]
+    elif (root / INDEX_NAME).exists():
+        # a forked child starts parsing the shards next to the index while it is read here
+        reader = HeaderReader(sorted(root.glob("*.safetensors")))
+        try:
+            index = read_json_if_present(root / INDEX_NAME)
+            files = files_from_index(root, index or {})
+        except BaseException:
+            reader.close()
+            raise
+    else:
+        files = sorted(p.name for p in root.glob("*.safetensors"))
+        if not files:
+            pickles = sorted(p.name for p in root.iterdir() if p.suffix in PICKLE_SUFFIXES)
+            if pickles:
+                raise InputError(
+                    f"{root}: only pickle-based weights ({', '.join(pickles[:3])}); ckpt never "
+                    "unpickles: convert them to safetensors first"
+                )
+            raise InputError(f"{root}: no *.safetensors files and no {INDEX_NAME}")
+    cat = Catalog(
+        root=root, tensors={}, files=files, config=config, hf_quant_config=hf_quant, index=index
+    )
+    paths = [root / rel for rel in files]
+    headers = (reader or HeaderReader(paths)).read(paths, meanwhile)
+    add_headers(cat, files, headers)
+    if index is not None:
+        check_index_matches(root, index, cat)
+    return cat
