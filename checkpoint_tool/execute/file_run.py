@@ -179,16 +179,10 @@ class FileRun:
 
     def _readahead(self, nodes: list[Node]) -> Prefetcher:
         """Kernel read-ahead of a local file's source ranges in output order (``execute.readahead``)."""
-        if not self.prefetch:
+        if not self.prefetch or not self.sources.local:  # remote: ``sources.prefetch``
             return Prefetcher([])
         ranges = merge_ranges(r for node in nodes for r in node_ranges(node))
-        try:
-            fds = {rel: self.sources.fd(rel) for rel in {r[0] for r in ranges}}
-        except (AttributeError, KeyError, TypeError, ValueError):  # no local descriptors
-            return Prefetcher([])
-        if not all(isinstance(fd, int) and fd >= 0 for fd in fds.values()):
-            return Prefetcher([])
-        return Prefetcher([(fds[rel], b, e) for rel, b, e in ranges])
+        return Prefetcher([(self.sources.fd(rel), b, e) for rel, b, e in ranges])
 
     def _map(self, fn, items: list[int], workers: int) -> list:  # type: ignore[no-untyped-def]
         """Run ``fn`` over ``items``; on the first failure stop the others and raise it."""

@@ -24,7 +24,12 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING
+
+from checkpoint_tool.execute.ops import CombineNode, Node, PieceNode
+
+if TYPE_CHECKING:
+    from checkpoint_tool.catalog.remote.store import Store
 
 #: footprints closer than this are fetched as one range (the gap is transferred, unused)
 GAP = 64 << 10
@@ -37,16 +42,15 @@ def _env_int(name: str, default: int) -> int:
         return default
 
 
-def footprints(nodes: Iterable[Any]) -> Iterator[tuple[str, int, int]]:
+def footprints(nodes: Iterable[Node]) -> Iterator[tuple[str, int, int]]:
     """``(file, begin, end)`` of every source read of ``nodes``, in stream order."""
     for node in nodes:
-        children = getattr(node, "children", None)
-        if children is not None:
-            yield from footprints(children)
+        if isinstance(node, CombineNode):
+            yield from footprints(node.children)
             continue
-        file = getattr(node, "file", None)
-        if file is None:
+        if not isinstance(node, PieceNode) or node.file is None:
             continue
+        file = node.file
         if not node.box:
             yield file, node.base, node.base + node.itemsize
             continue
@@ -58,7 +62,7 @@ def footprints(nodes: Iterable[Any]) -> Iterator[tuple[str, int, int]]:
 
 def segments(spans: Iterable[tuple[str, int, int]], limit: int) -> list[tuple[str, int, int]]:
     """Merge near consecutive spans of one file, then cut into pieces of at most ``limit``."""
-    merged: list[list[Any]] = []
+    merged: list[list] = []  # [file, begin, end], extended in place
     for file, b, e in spans:
         last = merged[-1] if merged else None
         if last is not None and last[0] == file and last[2] <= b <= last[2] + GAP:
@@ -86,7 +90,7 @@ class _Segment:
 class Prefetch:
     """The segments of one output file, fetched ahead of the reader (one reader thread)."""
 
-    def __init__(self, store: Any, spans: Iterable[tuple[str, int, int]]) -> None:
+    def __init__(self, store: Store, spans: Iterable[tuple[str, int, int]]) -> None:
         self.store = store
         limit = max(1 << 16, _env_int("CKPT_REMOTE_SEGMENT", 8 << 20))
         self.ahead = max(limit, _env_int("CKPT_REMOTE_AHEAD", 64 << 20))
@@ -99,13 +103,12 @@ class Prefetch:
     def _fill(self) -> None:
         """Submit segments until ``ahead`` bytes are in flight or ready."""
         held = sum(s.end - s.begin for s in self._segs[self._first : self._next])
-        pool = self.store._executor()
         while self._next < len(self._segs):
             seg = self._segs[self._next]
             if held and held + (seg.end - seg.begin) > self.ahead:
                 break
             seg.buf = bytearray(seg.end - seg.begin)
-            seg.future = pool.submit(self.store._part, seg.file, seg.begin, memoryview(seg.buf))
+            seg.future = self.store.submit_part(seg.file, seg.begin, memoryview(seg.buf))
             held += seg.end - seg.begin
             self._next += 1
 

@@ -56,6 +56,7 @@ from checkpoint_tool.execute.manifest import (
     plan_sha256,
     write_manifest,
 )
+from checkpoint_tool.execute.open_source import open_sources
 from checkpoint_tool.execute.ops import build_node
 from checkpoint_tool.execute.progress import Progress, make_progress
 from checkpoint_tool.execute.source import SourceFiles
@@ -131,7 +132,7 @@ def execute_plan(
     others = other_files(plan, catalog)
     weight_names = [f.name for f in plan.files]
     prog = make_progress(progress) if isinstance(progress, bool) else progress
-    with SourceFiles.open(catalog, catalog.files) as sources:
+    with open_sources(catalog, catalog.files) as sources:
         sha = plan_sha256(plan)
         state = prepare_destination(
             dst,

@@ -42,7 +42,7 @@ def check_source_identity(manifest: Manifest, catalog: Catalog) -> None:
     default); a missing shard or a different header means another checkpoint or another
     revision.
     """
-    from checkpoint_tool.execute.source import SourceFiles
+    from checkpoint_tool.execute.open_source import open_sources
 
     recorded = {f.name: f for f in manifest.source_files}
     missing = sorted(set(recorded) - set(catalog.files))
@@ -51,7 +51,7 @@ def check_source_identity(manifest: Manifest, catalog: Catalog) -> None:
             f"{catalog.root / missing[0]}: the source DST was converted from had this shard "
             f"({len(missing)} missing in all); pass the --source used for the conversion"
         )
-    with SourceFiles.open(catalog, sorted(recorded)) as files:
+    with open_sources(catalog, sorted(recorded)) as files:
         for name, rec in sorted(recorded.items()):
             st = files.stats[name]
             if (st.size, st.header_sha256) != (rec.size, rec.header_sha256):

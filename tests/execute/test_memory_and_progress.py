@@ -11,10 +11,11 @@ from rich.console import Console
 
 from checkpoint_tool.catalog import open_local
 from checkpoint_tool.catalog.safetensors_format import build_header
+from checkpoint_tool.execute.open_source import open_sources
 from checkpoint_tool.execute.ops import build_node
 from checkpoint_tool.execute.progress import LineProgress, RichProgress
 from checkpoint_tool.execute.runner import chunk_size
-from checkpoint_tool.execute.source import RangeReader, SourceFiles
+from checkpoint_tool.execute.source import RangeReader
 from checkpoint_tool.execute.stream import TensorStream
 from checkpoint_tool.plan.model import OutputTensor, Pad, Piece, Region
 
@@ -62,7 +63,7 @@ def test_streaming_allocates_buffers_not_tensors(big, out):
     cat, data = big
     chunk = 1 << 20
     node = build_node(out, cat.tensors)
-    with SourceFiles.open(cat, cat.files) as src:
+    with open_sources(cat, cat.files) as src:
         tracemalloc.start()
         sink = DiscardSink(chunk)
         TensorStream(RangeReader(src, chunk)).fill(node, sink)

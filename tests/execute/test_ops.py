@@ -11,8 +11,9 @@ from safetensors.torch import save_file
 from checkpoint_tool.catalog import open_local
 from checkpoint_tool.catalog.safetensors_format import storage_layout
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.execute.open_source import open_sources
 from checkpoint_tool.execute.ops import build_node
-from checkpoint_tool.execute.source import RangeReader, SourceFiles
+from checkpoint_tool.execute.source import RangeReader
 from checkpoint_tool.execute.stream import BufferSink, TensorStream
 from checkpoint_tool.plan.model import OutputTensor, Pad, Piece, Region
 
@@ -23,7 +24,7 @@ DTYPES = {1: ("U8", torch.uint8), 2: ("BF16", torch.bfloat16), 4: ("F32", torch.
 
 def stream_bytes(cat, out: OutputTensor, chunk: int, capacity: int) -> bytes:
     node = build_node(out, cat.tensors)
-    with SourceFiles.open(cat, cat.files) as src:
+    with open_sources(cat, cat.files) as src:
         sink = BufferSink(chunk)
         TensorStream(RangeReader(src, capacity)).fill(node, sink)
         return bytes(sink.data)

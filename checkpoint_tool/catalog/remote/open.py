@@ -223,6 +223,5 @@ def _header(store: Store, rel: str) -> FileHeader:
         else first[8:] + store.read(rel, len(first), need - len(first))
     )
     header = parse_header(where, header_len, raw, size)
-    with store._lock:
-        store.header_sha256[rel] = hashlib.sha256(first[:8] + raw).hexdigest()
+    store.record_header_sha256(rel, hashlib.sha256(first[:8] + raw).hexdigest())
     return header

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from checkpoint_tool.catalog.paths import listed
@@ -172,6 +172,15 @@ class Store:
                 self._failure = self._failure or str(exc)
             self._abort.set()  # queued prefetches end at their next attempt
             raise
+
+    def submit_part(self, rel: str, offset: int, view: memoryview) -> Future[None]:
+        """Read one range (one request, retried) into ``view`` on the store's pool."""
+        return self._executor().submit(self._part, rel, offset, view)
+
+    def record_header_sha256(self, rel: str, digest: str) -> None:
+        """The sha256 of ``rel``'s length prefix and header, as read for the catalog."""
+        with self._lock:
+            self.header_sha256[rel] = digest
 
     def _note_retry(self) -> None:
         with self._lock:

@@ -42,6 +42,7 @@ from checkpoint_tool.execute.manifest import (
     plan_sha256,
     read_manifest,
 )
+from checkpoint_tool.execute.open_source import open_sources
 from checkpoint_tool.execute.progress import Progress, make_progress
 from checkpoint_tool.execute.runner import (
     DEFAULT_MEMORY_BUDGET,
@@ -52,7 +53,6 @@ from checkpoint_tool.execute.runner import (
     finish_output,
     other_files,
 )
-from checkpoint_tool.execute.source import SourceFiles
 from checkpoint_tool.execute.writer import fsync_dir, partial_name, write_bytes_atomic
 from checkpoint_tool.plan.model import Plan
 
@@ -174,7 +174,7 @@ def execute_part(
         {catalog.tensors[p.source].file for i in mine for t in plan.files[i].tensors
          for p in t.pieces}
     )  # fmt: skip
-    with SourceFiles.open(catalog, needed) as sources:
+    with open_sources(catalog, needed) as sources:
         run = _PartRun(plan, sources, dst, journal, chunk, prog, durable)
         run.part, run.parts, run.files = part, parts, names
         if not resumed:
@@ -280,7 +280,7 @@ def finalize(
                 for f in manifest.files}  # fmt: skip
     prog = make_progress(progress) if isinstance(progress, bool) else progress
     journal = Journal(plan_sha256=sha, planned=[f.name for f in plan.files], done=done)
-    with SourceFiles.open(catalog, catalog.files) as sources:
+    with open_sources(catalog, catalog.files) as sources:
         run = FileRun(plan, sources, dst, journal, chunk_size(memory_budget, 1), prog, durable)
         weight_records = [done[f.name] for f in plan.files]
         try:
