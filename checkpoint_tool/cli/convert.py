@@ -9,12 +9,12 @@ error (one line on stderr: bad source, DST not empty, disk full, ...).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from checkpoint_tool.cli import dist_options as dist
+from checkpoint_tool.cli import session
 from checkpoint_tool.cli.options import (
     FormatOpt,
     FseOpt,
@@ -31,6 +31,14 @@ from checkpoint_tool.cli.options import (
     TpOpt,
 )
 from checkpoint_tool.cli.output import emit
+from checkpoint_tool.cli.render import render_convert, render_plan, render_target
+from checkpoint_tool.cli.spread import convert_spread, run_convert
+from checkpoint_tool.execute.runner import execute_plan
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from checkpoint_tool.execute.runner import ConvertReport
 
 HELP = (
     "Convert a checkpoint for vLLM: rename tensors (recipe), fuse shared experts into routed "
@@ -48,44 +56,6 @@ HELP = (
     "  ckpt convert ./ckpt /shared/out --part 0/4      # array job: parts 0..3, then --finalize\n\n"
     "  ckpt convert ./ckpt /shared/out --executor ray --ray-address auto"
 )
-
-
-def render_report(report, console: Console) -> None:  # type: ignore[no-untyped-def]
-    from checkpoint_tool.execute.progress import human_bytes
-
-    rate = report.bytes_written / report.seconds if report.seconds else 0.0
-    console.print(
-        f"[bold green]converted[/] {report.dst}: {report.files_written} file(s) written "
-        f"({human_bytes(report.bytes_written)}, {human_bytes(rate)}/s, {report.seconds:.1f} s, "
-        f"{report.workers} worker(s))"
-        + (f", {report.files_kept} verified and kept" if report.files_kept else "")
-        + ("" if report.durable else ", not fsynced (--no-fsync)")
-    )
-    console.print(
-        f"{report.tensor_count} tensors, {human_bytes(report.total_size)} of tensor data, "
-        f"{len(report.other_files)} other file(s), {report.dropped} dropped by rule; "
-        f"ckpt-manifest.json sha256 {report.manifest_sha256[:16]}…"
-    )
-
-
-def render_target(plan, console: Console) -> None:  # type: ignore[no-untyped-def]
-    """``for vllm-0.33 (stock vLLM 0.33 on CUDA ...): serve as is`` / the settings it needs."""
-    from checkpoint_tool.plan.build import serve_settings, target_of
-
-    target = target_of(plan.options)
-    fse_on = sorted(k for k, v in plan.fse_layers.items() if v)
-    settings = serve_settings(target, fse_on)
-    need = (
-        f"serve with {' '.join(settings)}"
-        if settings
-        else "no engine settings needed"
-        if not fse_on or target.fuses
-        else "does NOT load there (shared experts written as routed slots; see the note)"
-    )
-    fused = (
-        f"shared experts fused on MoE layer(s) {fse_on}" if fse_on else "no fused shared experts"
-    )
-    console.print(f"target {target.name} ({target.description}): {fused}; {need}")
 
 
 def register(app: typer.Typer) -> None:
@@ -134,23 +104,21 @@ def register(app: typer.Typer) -> None:
         ] = False,
         progress: ProgressOpt = True,
         fmt: FormatOpt = "human",
-        # issue 16: spread over processes / machines (cli/dist_options.py)
+        # spread over processes / machines (cli/dist_options.py, cli/spread.py)
         executor: dist.ExecutorOpt = dist.ExecutorOption.threads,
         ray_address: dist.RayAddressOpt = None,
         ray_tasks: dist.RayTasksOpt = 0,
         part: dist.PartOpt = None,
         finalize: dist.FinalizeOpt = False,
     ) -> None:
-        from checkpoint_tool.cli.plan import render_plan
-        from checkpoint_tool.cli.session import open_plan, plan_options
-        from checkpoint_tool.execute import execute_plan
-
-        catalog, plan = open_plan(src, plan_options(ctx), recipe=recipe, headers_only=False)
+        catalog, plan = session.open_plan(
+            src, session.plan_options(ctx), recipe=recipe, headers_only=False
+        )
         if dry_run:  # the plan as `ckpt plan` prints it (json: the whole plan)
             emit(plan, fmt, human=render_plan)
             return
-        if dist.spread(executor, part, finalize):  # issue 16: Ray tasks, --part, --finalize
-            report, human = dist.run(
+        if convert_spread(executor, part, finalize):  # Ray tasks, --part, --finalize
+            report, human = run_convert(
                 plan, catalog, dst, executor=executor, ray_address=ray_address,
                 ray_tasks=ray_tasks, part=part, finalize=finalize, workers=workers, resume=resume,
                 overwrite=overwrite, progress=progress, memory_budget=memory_budget,
@@ -171,8 +139,8 @@ def register(app: typer.Typer) -> None:
             durable=fsync,
         )
 
-        def human(r, console: Console) -> None:  # type: ignore[no-untyped-def]
-            render_report(r, console)
+        def human(r: ConvertReport, console: Console) -> None:
+            render_convert(r, console)
             render_target(plan, console)
 
-        emit(report, fmt, human=human)  # type: ignore[arg-type]
+        emit(report, fmt, human=human)

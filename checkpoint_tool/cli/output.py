@@ -18,13 +18,16 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from pydantic import BaseModel
 
 if TYPE_CHECKING:  # imported when a human report is drawn (json output never needs rich)
     from rich.console import Console
 
+
+#: the report a command hands to ``emit``; its renderers take that same type
+R = TypeVar("R", bound=BaseModel)
 
 #: every format ``emit`` draws; a command offers the ones it has renderers for
 OutputFormat = Literal["human", "json", "markdown", "junit", "html"]
@@ -57,13 +60,13 @@ def to_json(report: BaseModel) -> str:
 
 
 def emit(
-    report: BaseModel,
+    report: R,
     fmt: OutputFormat,
     *,
-    human: Callable[[BaseModel, Console], None] | None = None,
-    markdown: Callable[[BaseModel], str] | None = None,
-    junit: Callable[[BaseModel], str] | None = None,
-    html: Callable[[BaseModel], str] | None = None,
+    human: Callable[[R, Console], None] | None = None,
+    markdown: Callable[[R], str] | None = None,
+    junit: Callable[[R], str] | None = None,
+    html: Callable[[R], str] | None = None,
 ) -> None:
     """Print ``report`` in ``fmt``; formats a command does not support fall back to JSON,
     except html (a page is not JSON): ``UsageError`` (exit 2) there."""

@@ -22,6 +22,7 @@ from checkpoint_tool.cli.options import (
 )
 from checkpoint_tool.cli.output import emit
 from checkpoint_tool.cli.session import paused_gc
+from checkpoint_tool.cli.spread import run_verify, verify_spread
 
 HELP = """Prove a converted checkpoint against its source.
 
@@ -109,7 +110,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
         progress: ProgressOpt = True,
         fmt: FormatOpt = "human",
-        # issue 16: spread the lossless check (cli/dist_options.py)
+        # spread the lossless check (cli/dist_options.py, cli/spread.py)
         executor: dist.ExecutorOpt = dist.ExecutorOption.threads,
         ray_address: dist.RayAddressOpt = None,
         ray_tasks: dist.RayTasksOpt = 0,
@@ -138,8 +139,8 @@ def register(app: typer.Typer) -> None:
             if progress and sys.stderr.isatty()
             else None
         )
-        if dist.verify_spread(executor, part, merge):  # issue 16: --part, --merge, Ray tasks
-            spread_report, human = dist.run_verify(
+        if verify_spread(executor, part, merge):  # --part, --merge, Ray tasks
+            spread_report, human = run_verify(
                 dst, source, executor=executor, ray_address=ray_address, ray_tasks=ray_tasks,
                 part=part, merge=merge, lossless=lossless, numeric=numeric,
                 memory_budget=options.memory_budget, max_mismatches=max_mismatches,
