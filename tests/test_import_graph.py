@@ -8,14 +8,14 @@ to ``pkg.name`` when that is a module, else to ``pkg`` (its ``__init__``).
 Cycles are looked for at every level of the package tree: inside each package, its direct
 children (sub-packages, modules and its own ``__init__``) must form a DAG, an edge between two
 modules counting between their ancestors that are children of the package holding both. So
-``verify.lossless -> execute.runner`` and ``execute.distributed.spread -> verify.lossless``
+``verify.lossless -> execute.progress`` and ``execute.distributed.x -> verify.report``
 together are a cycle between the packages ``verify`` and ``execute``, even though no module
 imports itself back. A cycle between modules is always a cycle at some level.
 
 Example of the data::
 
-    edges = {"checkpoint_tool.cli.app": {"checkpoint_tool.cli.convert", ...}, ...}
-    package_cycles(edges) -> [("checkpoint_tool", ["verify", "execute"])]
+    Import("checkpoint_tool.verify.lossless", "checkpoint_tool.execute.progress", "Progress", 36)
+    package_cycles(imports)  # [("checkpoint_tool", ("execute", "verify")), ...]
 """
 
 from __future__ import annotations
@@ -30,14 +30,22 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "checkpoint_tool"
 PACKAGE = "checkpoint_tool"
 
-# Cycles whose every member lies inside the planning core (plan/, policy/, validate/, quant/,
-# targets/, model/); that core is being untangled on its own. Entries are (level, members) as
-# `package_cycles` reports them: the package inside which the children import each other in a
-# ring, and the sorted child names. Nothing outside those packages may be listed here.
+# The allow-lists name only what lies wholly inside the planning core (plan/, policy/,
+# validate/, quant/, targets/, model/), which is being untangled on its own; they are to be
+# emptied once it is. `test_allow_lists_only_name_the_core` keeps anything else out.
 CORE = ("plan", "policy", "validate", "quant", "targets", "model")
-ALLOWED_CYCLES: set[tuple[str, tuple[str, ...]]] = set()
-# Cross-module imports of underscore names inside that core, as (importer, imported name).
-ALLOWED_PRIVATE: set[tuple[str, str]] = set()
+#: rings as `package_cycles` reports them: (package, sorted children importing each other).
+#: A ring that shrinks (a subset of a listed one, at the same level) still passes.
+ALLOWED_CYCLES: set[tuple[str, tuple[str, ...]]] = {
+    # plan/model.py <-> plan/json_edge.py (lazy), model -> summary -> sharding -> model, ...
+    ("checkpoint_tool.plan", ("document", "json_edge", "model", "sharding", "summary")),
+    # policy/report.py -> policy/engine/model.py; policy/engine/render.py -> policy/report.py
+    ("checkpoint_tool.policy", ("engine", "report")),
+}
+#: cross-module uses of underscore names, as (importer, module.name)
+ALLOWED_PRIVATE: set[tuple[str, str]] = {
+    ("checkpoint_tool.validate.schemes", "checkpoint_tool.validate.completeness._skip_sharded"),
+}
 
 
 @dataclass(frozen=True)
@@ -226,15 +234,18 @@ def _private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
-def private_imports(imports: Iterable[Import], trees: dict[str, ast.AST]) -> list[str]:
-    """Cross-module uses of underscore names: ``from m import _x``, a ``_mod`` module imported
-    from another package, or ``alias._x`` on a module bound by an import."""
+def private_imports(
+    imports: Iterable[Import], trees: dict[str, ast.AST]
+) -> list[tuple[str, str, int]]:
+    """Cross-module uses of underscore names, as ``(importer, module.name, line)``:
+    ``from m import _x``, a ``_mod`` module imported from another package, or ``alias._x`` on
+    a module bound by an import."""
     found = []
     for imp in imports:
         if imp.importer == imp.target:
             continue
         if imp.name is not None and _private(imp.name):
-            found.append((imp.importer, imp.name, imp.line))
+            found.append((imp.importer, f"{imp.target}.{imp.name}", imp.line))
         tail = imp.target.split(".")
         if any(_private(p) for p in tail) and _package_of(imp.importer) != _package_of(imp.target):
             found.append((imp.importer, imp.target, imp.line))
@@ -259,12 +270,16 @@ def private_imports(imports: Iterable[Import], trees: dict[str, ast.AST]) -> lis
                 and _private(node.attr)
             ):
                 found.append((importer, f"{aliases[node.value.id]}.{node.attr}", node.lineno))
-    return [f"{a}:{line} uses {b}" for a, b, line in sorted(set(found))]
+    return sorted(set(found))
 
 
 def _in_core(module: str) -> bool:
     parts = module.split(".")
     return len(parts) > 2 and parts[0] == PACKAGE and parts[1] in CORE
+
+
+def _allowed_cycle(level: str, members: tuple[str, ...]) -> bool:
+    return any(lv == level and set(members) <= set(ms) for lv, ms in ALLOWED_CYCLES)
 
 
 @pytest.fixture(scope="module")
@@ -282,9 +297,10 @@ def test_allow_lists_only_name_the_core() -> None:
 
 def test_no_import_cycle(graph: tuple[list[Import], dict[str, ast.AST]]) -> None:
     imports, _ = graph
-    found = [c for c in package_cycles(imports) if c not in ALLOWED_CYCLES]
+    found = [c for c in package_cycles(imports) if not _allowed_cycle(*c)]
     report = [
-        f"{level or '(top)'}: {' <-> '.join(members)}\n" + "\n".join(witness(imports, *(level, members)))
+        f"{level or '(top)'}: {' <-> '.join(members)}\n"
+        + "\n".join(witness(imports, level, members))
         for level, members in found
     ]
     assert not found, "import cycles:\n" + "\n".join(report)
@@ -292,10 +308,11 @@ def test_no_import_cycle(graph: tuple[list[Import], dict[str, ast.AST]]) -> None
 
 def test_no_private_import_across_modules(graph: tuple[list[Import], dict[str, ast.AST]]) -> None:
     imports, trees = graph
-    found = private_imports(imports, trees)
-    allowed = {f"{a}" for a, _ in ALLOWED_PRIVATE}
-    found = [f for f in found if not any(f.startswith(f"{a}:") and n in f for a, n in ALLOWED_PRIVATE)]
-    del allowed
+    found = [
+        f"{importer}:{line} uses {name}"
+        for importer, name, line in private_imports(imports, trees)
+        if (importer, name) not in ALLOWED_PRIVATE
+    ]
     assert not found, "private names used across modules:\n" + "\n".join(found)
 
 
@@ -316,8 +333,9 @@ def test_the_graph_reader_sees_cycles_and_private_names() -> None:
     imports = [i for k, t in trees.items() for i in resolver.imports(k, t)]
     assert package_cycles(imports) == [("checkpoint_tool", ("a", "b"))]
     assert private_imports(imports, trees) == [
-        "checkpoint_tool.a.x:1 uses _hidden"
+        ("checkpoint_tool.a.x", "checkpoint_tool.b.y._hidden", 1)
     ]
-    # the TYPE_CHECKING import alone makes no ring
-    only_guarded = [i for i in imports if i.importer != "checkpoint_tool.b.y"]
-    assert package_cycles(only_guarded) == []
+    # without the function-level import, the TYPE_CHECKING one alone makes no ring
+    trees["checkpoint_tool.b.y"] = ast.parse(src["checkpoint_tool.b.y"].split("def f")[0])
+    imports = [i for k, t in trees.items() for i in resolver.imports(k, t)]
+    assert package_cycles(imports) == []

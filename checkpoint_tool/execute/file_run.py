@@ -34,11 +34,11 @@ from checkpoint_tool.execute.source import RangeReader, SourceFiles
 from checkpoint_tool.execute.stream import Cancelled, TensorStream
 from checkpoint_tool.execute.writer import (
     SafetensorsWriter,
-    _os_error,
     fsync,
     fsync_dir,
     partial_name,
     write_bytes_atomic,
+    write_error,
 )
 from checkpoint_tool.plan.model import OutputFile, Plan
 
@@ -280,7 +280,7 @@ def _copy_file(src: Path, root: Path, name: str, chunk: int, durable: bool = Tru
                     fsync(fout.fileno(), durable)
             except OSError as exc:
                 tmp.unlink(missing_ok=True)
-                raise _os_error(dst, exc, "cannot write") from exc
+                raise write_error(dst, exc, "cannot write") from exc
         os.replace(tmp, dst)
         fsync_dir(dst.parent, durable)
     except OSError as exc:

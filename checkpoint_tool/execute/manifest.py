@@ -24,7 +24,7 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -35,6 +35,8 @@ from checkpoint_tool.plan.model import DroppedTensor, Plan, PlanOptions
 MANIFEST_NAME = "ckpt-manifest.json"
 JOURNAL_NAME = ".ckpt-journal.json"
 MANIFEST_FORMAT = "ckpt-manifest/1"
+#: a bookkeeping record type (``read_bookkeeping``)
+M = TypeVar("M", bound=BaseModel)
 
 
 class FileRecord(BaseModel):
@@ -112,11 +114,11 @@ def write_manifest(dst: Path, manifest: Manifest, *, durable: bool = True) -> st
 
 def read_manifest(dst: Path) -> Manifest | None:
     """The manifest of a finished output, or None if there is none."""
-    return _read_model(Path(dst) / MANIFEST_NAME, Manifest)
+    return read_bookkeeping(Path(dst) / MANIFEST_NAME, Manifest)
 
 
 def read_journal(dst: Path) -> Journal | None:
-    return _read_model(Path(dst) / JOURNAL_NAME, Journal)
+    return read_bookkeeping(Path(dst) / JOURNAL_NAME, Journal)
 
 
 def write_journal(dst: Path, journal: Journal, *, durable: bool = True) -> None:
@@ -124,7 +126,8 @@ def write_journal(dst: Path, journal: Journal, *, durable: bool = True) -> None:
     write_bytes_atomic(dst / JOURNAL_NAME, data.encode(), durable=durable)
 
 
-def _read_model(path: Path, model: type[BaseModel]) -> Any:
+def read_bookkeeping(path: Path, model: type[M]) -> M | None:
+    """A JSON record ckpt wrote into DST (manifest, journal, part record), or None if absent."""
     if not path.exists():
         return None
     try:

@@ -83,7 +83,7 @@ class SafetensorsWriter:
         try:
             self._fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
-            raise _os_error(self.tmp, exc, "cannot create") from exc
+            raise write_error(self.tmp, exc, "cannot create") from exc
         self._out = HashedOutput(self._fd, self.capacity, writeback=self.durable)
         self._copy_in(prefix)
 
@@ -172,7 +172,7 @@ class SafetensorsWriter:
             return InputError(
                 f"{exc.filename}: {exc.strerror}; check the disk or re-download the shard"
             )
-        return _os_error(self.path, exc, "write failed")
+        return write_error(self.path, exc, "write failed")
 
     # -- the end ----------------------------------------------------------------------------
     def commit(self) -> None:
@@ -193,7 +193,7 @@ class SafetensorsWriter:
             fsync_dir(self.path.parent, self.durable)
         except OSError as exc:
             self.abort()
-            raise _os_error(self.path, exc, "cannot finalize") from exc
+            raise write_error(self.path, exc, "cannot finalize") from exc
         self.sha256 = sha
         fault_point("commit")
 
@@ -246,11 +246,11 @@ def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> str:
     except OSError as exc:
         if tmp.exists():
             tmp.unlink()
-        raise _os_error(path, exc, "cannot write") from exc
+        raise write_error(path, exc, "cannot write") from exc
     return hashlib.sha256(data).hexdigest()
 
 
-def _os_error(path: Path, exc: OSError, what: str) -> OutputError:
+def write_error(path: Path, exc: OSError, what: str) -> OutputError:
     """One line for a failed write: disk full and file-size limits say what to do."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return OutputError(f"{path}: disk full while writing; free space and rerun with --resume")

@@ -38,8 +38,8 @@ from checkpoint_tool.execute.manifest import (
     MANIFEST_NAME,
     FileRecord,
     Journal,
-    _read_model,
     plan_sha256,
+    read_bookkeeping,
     read_manifest,
 )
 from checkpoint_tool.execute.open_source import open_sources
@@ -95,7 +95,7 @@ class PartReport(BaseModel):
 
 
 def read_part(path: Path) -> PartRecord:
-    rec = _read_model(path, PartRecord)
+    rec = read_bookkeeping(path, PartRecord)
     if rec is None:
         raise OutputError(f"{path}: part record vanished while reading; rerun")
     return rec
