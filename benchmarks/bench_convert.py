@@ -15,7 +15,7 @@ Sections (all by default; pick with ``--only``):
 - ``cold``: warm **and** cold page cache in the same run, ``ckpt convert --tp 1`` against
   ``cp -r SRC DST && sync``. Cold: ``sync; echo 3 > /proc/sys/vm/drop_caches`` (root) before
   every timed run of either; warm: one untimed read of the source first. ``ckpt`` is also timed
-  cold with the source read-ahead off (``CKPT_PREFETCH=0``: the executor before this round),
+  cold with the source read-ahead off (``CKPT_PREFETCH=0``),
   alternated with the others each round. Best of ``--rounds`` and the spread (min-max) are
   printed: other work on a shared machine moves single runs by tens of percent.
 - ``io``: the raw copy loops the executor could use, on the largest source shard (wall and CPU):
@@ -34,9 +34,9 @@ Sections (all by default; pick with ``--only``):
 Usage::
 
     # builds random-byte checkpoints of 2 and 8 GB (synth layout, ~2 min), then every section
-    .venv/bin/python benchmarks/bench_convert.py --workdir /tmp/ckbench --make 2 8 --make-wide 8
+    .venv/bin/python benchmarks/bench_convert.py --workdir ckbench --make 2 8 --make-wide 8
     # or on existing checkpoints (e.g. from make_bench_data.py)
-    .venv/bin/python benchmarks/bench_convert.py --src /tmp/ckbench/dense-quark-hybrid \\
+    .venv/bin/python benchmarks/bench_convert.py --src bench-data/dense-quark-hybrid \\
         --only throughput,io --workers 1,2
 """
 
@@ -51,6 +51,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -235,7 +236,7 @@ def throughput(
 
 # -- warm and cold page cache -----------------------------------------------------------------
 def drop_caches() -> bool:
-    """Drop the page cache (root only); False where this machine does not allow it."""
+    """Drop the page cache (root only); False where the system does not allow it."""
     sync()
     try:
         Path("/proc/sys/vm/drop_caches").write_text("3\n")
@@ -468,7 +469,9 @@ def main() -> int:
     ap.add_argument("--src", type=Path, help="checkpoint for throughput/io (>= 2 GB)")
     ap.add_argument("--mem-src", type=Path, nargs="*", default=[], help="checkpoints for memory")
     ap.add_argument("--memory-budget", default=None, help="pass --memory-budget to convert")
-    ap.add_argument("--workdir", type=Path, default=Path("/tmp/ckpt-bench-convert"))
+    ap.add_argument(
+        "--workdir", type=Path, default=Path(tempfile.gettempdir()) / "ckpt-bench-convert"
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--only", default="throughput,cold,io,memory,scale")

@@ -6,13 +6,13 @@ policy -> engine section -> JSON, as the CLI runs it) and counts the bytes the p
 ``/proc/self/io``, every read syscall), against the checkpoint size. The baseline measured in
 the same run is the bare minimum: read each shard's 8-byte length and JSON header and
 ``json.loads`` it, nothing else. Target: the ``ckpt inspect`` command (a fresh process,
-imports and its forked helper included) < 2 s on this machine; the in-process phases say
+imports and its forked helper included) < 2 s on 2 cores; the in-process phases say
 where the time goes (``resolve`` leaves half the per-module checks to a forked child, which
 the ``policy`` phase collects).
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_inspect.py                  # builds /tmp/ckpt-bench-r1
+    .venv/bin/python benchmarks/bench_inspect.py                  # builds the layout in the temp folder
     .venv/bin/python benchmarks/bench_inspect.py --src /models/DeepSeek-R1 --tp 8 --repeat 5
 """
 
@@ -23,6 +23,7 @@ import json
 import os
 import struct
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -63,9 +64,9 @@ def baseline(src: Path) -> float:
 
 
 def calibration() -> tuple[float, float]:
-    """(wall, cpu) seconds of a 2M-iteration Python add loop: the speed of this machine now.
+    """(wall, cpu) seconds of a 2M-iteration Python add loop: the speed of the machine now.
 
-    About 0.09 s on an idle modern x86 core with CPython 3.11; a shared, loaded box shows
+    About 0.09 s on an idle modern x86 core with CPython 3.11; a shared, loaded machine shows
     several times that, and the inspect figures scale alike.
     """
     w, c = time.perf_counter(), time.process_time()
@@ -96,7 +97,7 @@ def inspect_once(src: Path, tp: int) -> dict[str, float]:
         marks["resolve"], cpu["resolve"] = time.perf_counter(), time.process_time()
         report = build_policy(cat, tp=tp, resolved=rc)
         marks["policy"], cpu["policy"] = time.perf_counter(), time.process_time()
-    # the engine section ``ckpt inspect`` adds by default (issue 10), as the CLI builds it
+    # the engine section ``ckpt inspect`` adds by default, as the CLI builds it
     engine = build_engine_report(cat, report, None, tp, None, False, False, None)
     report = report.model_copy(update={"engine": engine})
     marks["engine"], cpu["engine"] = time.perf_counter(), time.process_time()
@@ -143,7 +144,7 @@ def command_once(src: Path, tp: int) -> tuple[float, float, bytes]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--src", type=Path, default=None, help="checkpoint (default: build R1 layout)")
-    ap.add_argument("--workdir", type=Path, default=Path("/tmp/ckpt-bench-r1"))
+    ap.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "ckpt-bench-r1")
     ap.add_argument("--tp", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()

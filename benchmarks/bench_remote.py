@@ -16,8 +16,8 @@ measure ckpt's own overheads (request count, parsing, copies), not a WAN.
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_remote.py                          # builds the data in /tmp
-    .venv/bin/python benchmarks/bench_remote.py --r1 /tmp/ckpt-bench-r1 --dense /data/dense
+    .venv/bin/python benchmarks/bench_remote.py                          # builds the data in the temp folder
+    .venv/bin/python benchmarks/bench_remote.py --r1 bench-data/deepseek-r1-sparse --dense bench-data/dense-quark-hybrid
     .venv/bin/python benchmarks/bench_remote.py --skip-convert
 """
 
@@ -195,8 +195,10 @@ def bench_convert(dense: Path, tmp: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--r1", type=Path, default=Path("/tmp/ckpt-bench-r1"))
-    ap.add_argument("--dense", type=Path, default=Path("/tmp/ckpt-bench-remote/dense"))
+    ap.add_argument("--r1", type=Path, default=Path(tempfile.gettempdir()) / "ckpt-bench-r1")
+    ap.add_argument(
+        "--dense", type=Path, default=Path(tempfile.gettempdir()) / "ckpt-bench-remote" / "dense"
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--skip-inspect", action="store_true")
     ap.add_argument("--skip-convert", action="store_true")

@@ -1,4 +1,4 @@
-"""Benchmark a conversion spread over workers on this machine: throughput against worker count.
+"""Benchmark a conversion spread over workers of one machine: throughput against worker count.
 
 Every variant converts the same source (``--tp 1``, ``--max-shard-size`` small enough for several
 output files) with a cold page cache (``sync; echo 3 > /proc/sys/vm/drop_caches`` before each
@@ -16,7 +16,7 @@ The per-node rate it prints is what docs/convert.md uses to plan a 690 GB conver
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_scaleout.py --src /tmp/ck16/random-4gb --workdir /tmp/ck16/s
+    .venv/bin/python benchmarks/bench_scaleout.py --src ck16/random-4gb --workdir ck16/s
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -51,7 +52,9 @@ def tree_size(path: Path) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--src", type=Path, required=True)
-    ap.add_argument("--workdir", type=Path, default=Path("/tmp/ckpt-bench-scaleout"))
+    ap.add_argument(
+        "--workdir", type=Path, default=Path(tempfile.gettempdir()) / "ckpt-bench-scaleout"
+    )
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--max-shard-size", default="500MB")
     ap.add_argument("--workers", default="1,2")

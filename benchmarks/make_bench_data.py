@@ -2,9 +2,9 @@
 
 Usage::
 
-    .venv/bin/python benchmarks/make_bench_data.py /data/bench            # both
-    .venv/bin/python benchmarks/make_bench_data.py /data/bench --size-gb 4 --skip-sparse
-    .venv/bin/python benchmarks/make_bench_data.py /data/bench --data quantize   # slow, exact
+    .venv/bin/python benchmarks/make_bench_data.py bench-data            # both
+    .venv/bin/python benchmarks/make_bench_data.py bench-data --size-gb 4 --skip-sparse
+    .venv/bin/python benchmarks/make_bench_data.py bench-data --data quantize   # slow, exact
 
 Writes ``OUT/dense-<preset>/`` (default ``quark-hybrid`` at hidden 2048, 64 experts of 1024,
 as many layers as the size needs, 500 MB shards) and ``OUT/deepseek-r1-sparse/`` (the real

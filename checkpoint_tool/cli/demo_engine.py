@@ -7,7 +7,7 @@ equal bit for bit. Without vLLM it says how to get one (``make test-vllm`` build
 
 Example::
 
-    check = engine_check(Path("/tmp/demo"), python=None)   # None: search (.venv-vllm, ...)
+    check = engine_check(Path("demo"), python=None)   # None: search (.venv-vllm, ...)
     check.status, check.tokens, check.max_diff              # ("passed", 32, 0.0)
 """
 

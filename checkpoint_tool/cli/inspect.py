@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
                 fse=fse,
                 target=target,
             )
-        # engine section (issue 10): what the target engine does with this checkpoint
+        # engine section: what the target engine does with this checkpoint
         from checkpoint_tool.policy.engine import build_engine_report
         from checkpoint_tool.policy.engine.render import with_engine
 
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
 
             return render_markdown(r) + render_engine_markdown(engine)
 
-        def html(r: Any) -> str:  # issue 19: the layer map, drawn from the report alone
+        def html(r: Any) -> str:  # the layer map, drawn from the report alone
             from checkpoint_tool.html.policy_page import render_policy_html
 
             return render_policy_html(r)

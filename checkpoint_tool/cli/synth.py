@@ -3,8 +3,8 @@
 Example::
 
     ckpt synth --list
-    ckpt synth quark-hybrid /tmp/hybrid --seed 1
-    ckpt synth deepseek-v3-fp8 /tmp/r1 --sparse          # real DeepSeek-R1 layout, 163 shards
+    ckpt synth quark-hybrid ./hybrid --seed 1
+    ckpt synth deepseek-v3-fp8 ./r1 --sparse            # real DeepSeek-R1 layout, 163 shards
 """
 
 from __future__ import annotations

@@ -171,7 +171,7 @@ def _write_page(dst: Path, text: str) -> None:
 
 
 def _render_html(report: object, path: str, expect_policy: Path | None, target: str | None) -> str:
-    """``--format html`` (issue 19): the report, plus the layer map of the checkpoint's policy
+    """``--format html``: the report, plus the layer map of the checkpoint's policy
     (built as ``ckpt inspect`` does, with the options of ``--expect-policy`` when given)."""
     from checkpoint_tool.errors import CkptError
     from checkpoint_tool.html.validate_page import render_validate_html

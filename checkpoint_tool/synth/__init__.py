@@ -3,8 +3,8 @@
 Public API::
 
     from checkpoint_tool.synth import PRESETS, synth_checkpoint
-    synth_checkpoint("quark-hybrid", Path("/tmp/hybrid"), seed=0)
-    synth_checkpoint("deepseek-v3-fp8", Path("/tmp/r1"), sparse=True)   # 163 shards, holes
+    synth_checkpoint("quark-hybrid", Path("hybrid"), seed=0)
+    synth_checkpoint("deepseek-v3-fp8", Path("r1"), sparse=True)   # 163 shards, holes
 """
 
 from checkpoint_tool.synth.builder import build_layout, synth_checkpoint

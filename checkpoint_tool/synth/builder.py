@@ -7,8 +7,8 @@ generated, and a full-size DeepSeek-R1 layout (163 shards, ~92k tensors) takes s
 
 Example::
 
-    synth_checkpoint("quark-hybrid", Path("/tmp/hybrid"), seed=0)
-    # /tmp/hybrid: config.json, generation_config.json, model-00001-of-000003.safetensors, ...,
+    synth_checkpoint("quark-hybrid", Path("hybrid"), seed=0)
+    # hybrid/:     config.json, generation_config.json, model-00001-of-000003.safetensors, ...,
     #              model.safetensors.index.json, tokenizer_config.json
 """
 

@@ -1,4 +1,6 @@
-"""Every bad input of issue 2 gives one clear line, exit code 2 and no traceback (ckpt tensor)."""
+"""Every bad input (truncated shard, bad header or offsets, an index pointing outside, a missing
+or misshapen scale, a bad quantization_config, an unknown name) gives one clear line, exit code
+2 and no traceback (ckpt tensor)."""
 
 from __future__ import annotations
 

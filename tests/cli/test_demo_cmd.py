@@ -25,7 +25,7 @@ def test_demo_runs_the_whole_pipeline(tmp_path, monkeypatch, capsys):
     assert manifest["files"], "convert wrote no shard"
     config = json.loads((tmp_path / "dst" / "config.json").read_text())
     # the default target is a stock vLLM, which fuses no shared experts: the demo's output
-    # keeps them a separate MLP so that vLLM loads it (issue 14)
+    # keeps them a separate MLP so that vLLM loads it
     assert config["ckpt"]["tp"] == 2 and config["ckpt"]["fse_layers"] == []
     assert config["ckpt"]["target"] == "vllm-0.33"
 

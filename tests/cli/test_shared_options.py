@@ -75,7 +75,7 @@ def test_pad_to_0_is_refused(monkeypatch, capsys, tmp_path, command):
 def test_bad_choices_are_refused_the_same_way(
     monkeypatch, capsys, tmp_path, option, value, commands
 ):
-    """Until issue 17 ``ckpt plan`` checked --fse/--layout by hand, with another message."""
+    """A bad --fse / --layout gets the same one-line refusal from every command that takes it."""
     lines = set()
     for command in commands:
         code, out, err = _run(monkeypatch, capsys, *_argv(command, tmp_path), option, value)

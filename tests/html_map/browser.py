@@ -25,7 +25,7 @@ import zlib
 from html import unescape
 from pathlib import Path
 
-#: the flags of the brief: no network, no first-run work, a fresh profile per run
+#: no network, no first-run work, a fresh profile per run
 FLAGS = (
     "--headless",
     "--no-sandbox",
