@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 
 from pydantic import BaseModel
 
+from checkpoint_tool.errors import UsageError
+
 if TYPE_CHECKING:  # imported when a human report is drawn (json output never needs rich)
     from rich.console import Console
 
@@ -78,8 +80,6 @@ def emit(
         sys.stdout.write(junit(report).rstrip("\n") + "\n")
     elif fmt == "html":
         if html is None:
-            from checkpoint_tool.errors import UsageError
-
             raise UsageError("--format html: this command draws no HTML; use json or human")
         _write_utf8(html(report))  # the page declares charset utf-8, whatever the locale
     elif hasattr(report, "json_chunks"):  # the plan: written piece by piece, never joined

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from checkpoint_tool.catalog.catalog import INDEX_NAME, Catalog
+from checkpoint_tool.catalog.safetensors_format import tensor_nbytes
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.execute.faults import fault_point
 from checkpoint_tool.execute.manifest import (
@@ -67,8 +68,6 @@ class ThreadPool:
 
 
 def tensor_bytes(t) -> int:  # type: ignore[no-untyped-def]
-    from checkpoint_tool.catalog.safetensors_format import tensor_nbytes
-
     return tensor_nbytes(t.dtype, t.shape)
 
 

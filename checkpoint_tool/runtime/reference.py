@@ -25,6 +25,7 @@ from collections.abc import Callable
 import torch
 
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.quant.codecs import get_codec
 from checkpoint_tool.quant.scheme import WeightFormat
 from checkpoint_tool.runtime.activation import (
     dequantize_per_token_group,
@@ -39,8 +40,6 @@ TopK = tuple[torch.Tensor, torch.Tensor]
 
 def dequantize_projection(proj: Projection) -> torch.Tensor:
     """float32 ``[out, in]`` of a projection, decoded by ``checkpoint_tool.quant.codecs``."""
-    from checkpoint_tool.quant.codecs import get_codec
-
     w = get_codec(proj.scheme).dequantize(proj.parts)
     expected = proj.logical_shape
     if tuple(w.shape) != expected:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 
 from checkpoint_tool.errors import AlignmentError, UsageError
+from checkpoint_tool.quant.codecs import get_codec
 from checkpoint_tool.quant.storage import round_up
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
 
@@ -71,6 +72,4 @@ def _slice(proj: Projection, dim: int, start: int, stop: int, padded: int) -> Pr
 
 
 def _codec(proj: Projection):  # -> codecs.WeightCodec
-    from checkpoint_tool.quant.codecs import get_codec
-
     return get_codec(proj.scheme)

@@ -27,6 +27,7 @@ from enum import IntEnum
 import torch
 
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.quant.codecs.e8m0 import decode_e8m0
 from checkpoint_tool.quant.scheme import WeightFormat
 from checkpoint_tool.runtime.weights import Projection
 
@@ -184,8 +185,6 @@ def _fp8_scale(p: Projection, n: int, k: int, block: tuple[int, int]) -> torch.T
     """float32 scale ``[ceil(N/bn), ceil(K/bk)]`` of one FP8 projection."""
     s = _required(p, "scale")
     if p.scheme.scale_is_e8m0 or s.dtype in (torch.float8_e8m0fnu, torch.uint8):
-        from checkpoint_tool.quant.codecs.e8m0 import decode_e8m0
-
         s = decode_e8m0(s)
     s = s.float()
     rows, cols = -(-n // block[0]), -(-k // block[1])

@@ -22,6 +22,7 @@ from collections import OrderedDict
 import torch
 
 from checkpoint_tool.errors import UsageError
+from checkpoint_tool.quant.codecs import codec_for_format
 from checkpoint_tool.synth.encodings import ENCODINGS
 from checkpoint_tool.synth.layout import QuantPart, RandomPlain, TensorSpec
 
@@ -160,8 +161,6 @@ def _quantize_batch(
     enc = ENCODINGS[encoding]
     if not enc.quantized:
         return [[{"weight": w} for w in group] for group in batch]
-    from checkpoint_tool.quant.codecs import codec_for_format
-
     codec = codec_for_format(
         enc.format, block=enc.block, group_size=enc.group_size, scale_dtype=enc.scale_dtype
     )

@@ -25,6 +25,7 @@ import torch
 
 from checkpoint_tool.catalog.reader import read_rows
 from checkpoint_tool.errors import CkptError, InputError
+from checkpoint_tool.quant.codecs import get_codec
 from checkpoint_tool.quant.resolve import split_tensor_name
 from checkpoint_tool.verify.loader import CheckpointView
 from checkpoint_tool.verify.report import EngramResult
@@ -112,8 +113,6 @@ def _source_scale(view: CheckpointView, module: str) -> str:
 
 def _decode(view: CheckpointView, weight: str, scale: str, picks: list[int]) -> torch.Tensor:
     """float32 decoded rows ``picks`` of an FP8 + E8M0 table (the codec's dequantize)."""
-    from checkpoint_tool.quant.codecs import get_codec
-
     scheme = view.scheme(weight)
     if not scheme.quantized:
         raise InputError(f"{view.where}: engram table {weight} resolves as unquantized")

@@ -44,6 +44,7 @@ from checkpoint_tool.model import ModelFacts, MoeLayerFacts, model_facts
 from checkpoint_tool.quant.resolve import resolve_tensor, split_tensor_name
 from checkpoint_tool.quant.roles import suffixes_of
 from checkpoint_tool.quant.scheme import Scheme
+from checkpoint_tool.runtime.reference import dequantize_projection
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
 from checkpoint_tool.verify.view import (
     ConfigView,
@@ -226,8 +227,6 @@ class CheckpointView(ConfigView):
         scheme = self.scheme(name)
         if not scheme.quantized:
             return t.float()
-        from checkpoint_tool.runtime.reference import dequantize_projection
-
         module = split_tensor_name(name)[0]
         return dequantize_projection(self.projection(module, name))
 

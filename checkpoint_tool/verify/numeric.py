@@ -38,7 +38,10 @@ from typing import Literal
 import torch
 
 from checkpoint_tool.errors import CkptError, UsageError
+from checkpoint_tool.runtime.moe import prepare_moe, run_prepared
+from checkpoint_tool.runtime.reference import moe_reference
 from checkpoint_tool.runtime.routing import RoutingConfig, route
+from checkpoint_tool.runtime.shard import rank_intermediate
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights
 from checkpoint_tool.verify.engram import check_engram
 from checkpoint_tool.verify.loader import CheckpointView, LoadedLayer, Router
@@ -263,8 +266,6 @@ def _reference(
     ids: torch.Tensor,
     weights: torch.Tensor,
 ) -> torch.Tensor:
-    from checkpoint_tool.runtime.reference import moe_reference
-
     topk = (_remap(ids, loaded.slot_of), weights)
     return moe_reference(x, loaded.weights, routing, topk=topk)
 
@@ -280,8 +281,6 @@ def _runtime(
     tp: int,
 ) -> torch.Tensor:
     """Whole layer: ``run_moe`` slices ``tp`` ranks; presliced: each rank's layer as stored."""
-    from checkpoint_tool.runtime.moe import prepare_moe, run_prepared
-
     if device != "cpu":
         ranks = [r.to(device) for r in ranks]
     dtype = torch.bfloat16 if bf16_activations(backend, device) else torch.float32
@@ -305,8 +304,6 @@ def _remap(ids: torch.Tensor, slot_of: dict[int, int]) -> torch.Tensor:
 
 def _tp_problems(layer: MoeLayerWeights, tp: int) -> list[str]:
     """Experts whose intermediate dim vLLM could not split into aligned ``tp`` shares."""
-    from checkpoint_tool.runtime.shard import rank_intermediate
-
     out = []
     seen: set[tuple[str, int]] = set()
     experts: list[tuple[str, ExpertWeights]] = [

@@ -21,6 +21,8 @@ from pathlib import Path
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.errors import CkptError, UsageError
 from checkpoint_tool.execute.manifest import MANIFEST_NAME, Manifest, plan_sha256, read_manifest
+from checkpoint_tool.execute.open_source import open_sources
+from checkpoint_tool.plan.build import plan_for_catalog
 from checkpoint_tool.plan.model import Plan
 
 
@@ -42,8 +44,6 @@ def check_source_identity(manifest: Manifest, catalog: Catalog) -> None:
     default); a missing shard or a different header means another checkpoint or another
     revision.
     """
-    from checkpoint_tool.execute.open_source import open_sources
-
     recorded = {f.name: f for f in manifest.source_files}
     missing = sorted(set(recorded) - set(catalog.files))
     if missing:
@@ -68,8 +68,6 @@ def rebuild_plan(manifest: Manifest, catalog: Catalog) -> tuple[Plan, bool]:
     Returns the plan and whether its fingerprint equals ``manifest.plan_sha256`` (computed with
     the manifest's source string, revision and ckpt version, which only label the plan).
     """
-    from checkpoint_tool.plan.build import plan_for_catalog
-
     try:
         plan = plan_for_catalog(catalog, manifest.options, recipe=manifest.recipe)
     except CkptError as exc:

@@ -26,6 +26,7 @@ from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.execute.manifest import Manifest, read_manifest
 from checkpoint_tool.execute.progress import Progress
+from checkpoint_tool.verify.loader import CheckpointView
 from checkpoint_tool.verify.lossless import DEFAULT_BUDGET, DEFAULT_MAX_LISTED, check_lossless
 from checkpoint_tool.verify.numeric import DEFAULT_TOKENS, NumericOptions, check_numeric
 from checkpoint_tool.verify.replan import check_source_identity, rebuild_plan, require_manifest
@@ -36,6 +37,8 @@ from checkpoint_tool.verify.report import (
     VerifyReport,
     overall,
 )
+from checkpoint_tool.verify.sampling import ConvertedView
+from checkpoint_tool.verify.sharded import ShardedView
 
 #: layouts whose converted MoE layers the numeric check can read
 NUMERIC_LAYOUTS = ("hf", "vllm-sharded")
@@ -136,14 +139,9 @@ def verify_checkpoint(
 def _numeric(
     dst: Path, src_catalog: Any, manifest: Manifest | None, options: VerifyOptions, layout: str
 ) -> NumericReport:
-    from checkpoint_tool.verify.loader import CheckpointView
-    from checkpoint_tool.verify.sampling import ConvertedView
-
     src = CheckpointView(src_catalog, semantics="producer")
     out: ConvertedView
     if layout == "vllm-sharded":
-        from checkpoint_tool.verify.sharded import ShardedView
-
         ranks = _recorded_tp(manifest, _config_meta(dst))
         if options.tp is not None and options.tp != ranks:
             raise UsageError(

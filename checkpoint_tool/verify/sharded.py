@@ -36,6 +36,9 @@ from checkpoint_tool.quant.resolve import resolve_tensor
 from checkpoint_tool.quant.roles import CODEC_ROLES, role_of_suffix, suffixes_of
 from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
+from checkpoint_tool.targets import DEFAULT_TARGET, load_spec
+from checkpoint_tool.targets.keys import KeyResolver
+from checkpoint_tool.targets.sharded_read import rank_files
 from checkpoint_tool.verify.view import ConfigView, Router, split_gate_up
 
 #: vLLM parameter suffix -> runtime role: the codec's roles (``quant.roles``) less DeepSeek-V4's
@@ -49,10 +52,6 @@ class ShardedView(ConfigView):
     presliced = True
 
     def __init__(self, root: Path, *, tp: int) -> None:
-        from checkpoint_tool.targets import DEFAULT_TARGET, load_spec
-        from checkpoint_tool.targets.keys import KeyResolver
-        from checkpoint_tool.targets.sharded_read import rank_files
-
         self.root = Path(root)
         try:
             config: dict[str, Any] = json.loads((self.root / "config.json").read_text())

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ValidationError
 from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.errors import UsageError
+from checkpoint_tool.execute.distributed.ray_pool import MAX_RETRIES, connect
 from checkpoint_tool.execute.distributed.split import split_files
 from checkpoint_tool.execute.progress import NullProgress
 from checkpoint_tool.plan.model import Plan
@@ -173,8 +174,6 @@ def verify_ray(
     dst: Path, source: str, *, address: str | None, tasks: int, budget: int, max_listed: int
 ) -> VerifyReport:
     """One Ray task per output file; the non-weight files are checked on the driver."""
-    from checkpoint_tool.execute.distributed.ray_pool import MAX_RETRIES, connect
-
     t0 = time.monotonic()
     plan, catalog, sha, same = _prepare(Path(dst), source)
     ray = connect(address)

@@ -23,6 +23,7 @@ import torch
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.model import ModelFacts, MoeLayerFacts
 from checkpoint_tool.model.config_fields import text_config
+from checkpoint_tool.quant.codecs import get_codec
 from checkpoint_tool.quant.resolve import load_quant_config
 from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.runtime.routing import RoutingConfig
@@ -109,8 +110,6 @@ def engine_w13_global_scale(gate: Projection, up: Projection) -> Projection:
 
 def split_gate_up(proj: Projection) -> tuple[Projection, Projection]:
     """gate rows ``[0, I)`` and up rows ``[I, 2I)`` of a fused ``gate_up`` projection."""
-    from checkpoint_tool.quant.codecs import get_codec
-
     rows = proj.out_features
     if rows % 2:
         raise InputError(f"{proj.label}: fused gate_up has an odd number of rows ({rows})")
