@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -94,7 +95,9 @@ class Catalog:
         return out
 
 
-def add_headers(cat: Catalog, files: list[str], headers: list[FileHeader | InputError]) -> None:
+def add_headers(
+    cat: Catalog, files: list[str], headers: Sequence[FileHeader | InputError]
+) -> None:
     """Fill ``cat.tensors`` from one header per file (an ``InputError`` in the list is raised)."""
     new = tuple.__new__
     where = cat.store.label if cat.store is not None else cat.root

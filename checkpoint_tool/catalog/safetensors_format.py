@@ -20,6 +20,7 @@ import json
 import math
 import os
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import pairwise
@@ -57,7 +58,7 @@ MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
-def tensor_nbytes(dtype: str, shape: tuple[int, ...] | list[int]) -> int:
+def tensor_nbytes(dtype: str, shape: Sequence[int]) -> int:
     """Bytes a tensor of ``dtype`` and ``shape`` occupies (sub-byte dtypes packed)."""
     bits = DTYPE_BITS[dtype] * math.prod(shape)
     return (bits + 7) // 8

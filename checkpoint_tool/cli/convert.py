@@ -118,13 +118,13 @@ def register(app: typer.Typer) -> None:
             emit(plan, fmt, human=render_plan)
             return
         if convert_spread(executor, part, finalize):  # Ray tasks, --part, --finalize
-            report, human = run_convert(
+            spread_report, spread_human = run_convert(
                 plan, catalog, dst, executor=executor, ray_address=ray_address,
                 ray_tasks=ray_tasks, part=part, finalize=finalize, workers=workers, resume=resume,
                 overwrite=overwrite, progress=progress, memory_budget=memory_budget,
                 hash_source=hash_source, durable=fsync,
             )  # fmt: skip
-            emit(report, fmt, human=human)
+            emit(spread_report, fmt, human=spread_human)
             return
         report = execute_plan(
             plan,

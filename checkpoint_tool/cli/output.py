@@ -18,9 +18,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal, TypeVar
-
-from pydantic import BaseModel
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from checkpoint_tool.errors import UsageError
 
@@ -28,8 +26,14 @@ if TYPE_CHECKING:  # imported when a human report is drawn (json output never ne
     from rich.console import Console
 
 
+class Report(Protocol):
+    """What ``emit`` prints: a pydantic report, or the plan (which writes its own JSON)."""
+
+    def model_dump(self, *, mode: str = ...) -> dict[str, Any]: ...
+
+
 #: the report a command hands to ``emit``; its renderers take that same type
-R = TypeVar("R", bound=BaseModel)
+R = TypeVar("R", bound=Report)
 
 #: every format ``emit`` draws; a command offers the ones it has renderers for
 OutputFormat = Literal["human", "json", "markdown", "junit", "html"]
@@ -52,7 +56,7 @@ def stderr_console() -> Console:
     return Console(stderr=True)
 
 
-def to_json(report: BaseModel) -> str:
+def to_json(report: Report) -> str:
     """Sorted keys, indent 2. A report with its own writer for that spelling (``json_text``:
     the plan, ~60 MB for a full-size model) writes itself."""
     own = getattr(report, "json_text", None)

@@ -71,6 +71,7 @@ def run_convert(
         raise UsageError("--executor ray, --part and --finalize exclude each other; pick one")
     if (part is not None or finalize) and overwrite:
         raise UsageError("--overwrite does not combine with --part/--finalize; empty DST instead")
+    report: BaseModel
     if part is not None:
         i, n = parse_part(part)
         report = parts.execute_part(
@@ -126,8 +127,10 @@ def run_verify(
     vs.check_options(numeric, lossless)
     if part is not None:
         i, n = parse_part(part)
-        report = vs.verify_part(dst, source, i, n, budget=memory_budget, max_listed=max_mismatches)
-        return report, render_verify_part
+        part_report = vs.verify_part(
+            dst, source, i, n, budget=memory_budget, max_listed=max_mismatches
+        )
+        return part_report, render_verify_part
     report = vs.verify_ray(dst, source, address=ray_address, tasks=ray_tasks,
                            budget=memory_budget, max_listed=max_mismatches)  # fmt: skip
     return report, render_human

@@ -7,14 +7,18 @@ input that is not a checkpoint. See docs/validate.md for the rules and a CI work
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from checkpoint_tool.cli.options import ReportFormatOpt, SourceArg, TargetOpt
 from checkpoint_tool.cli.output import emit
 from checkpoint_tool.cli.session import paused_gc
-from checkpoint_tool.errors import UsageError
+from checkpoint_tool.errors import CkptError, UsageError
+
+if TYPE_CHECKING:
+    from checkpoint_tool.policy.report import PolicyReport
+    from checkpoint_tool.validate.report import ValidateReport
 
 HELP = """Check a checkpoint before publishing it: structure (index, shards, headers, offsets,
 total_size), completeness against config.json, per-scheme dtypes and scale shapes, scale
@@ -138,7 +142,7 @@ def register(app: typer.Typer) -> None:
                 ) from exc
         page: list[str] = []  # the HTML page, drawn once for --html and --format html
 
-        def html(r: object) -> str:
+        def html(r: ValidateReport) -> str:
             if not page:
                 page.append(_render_html(r, path, expect_policy, target))
             return page[0]
@@ -170,23 +174,25 @@ def _write_page(dst: Path, text: str) -> None:
         raise UsageError(f"{dst}: cannot write the HTML report ({exc.strerror})") from exc
 
 
-def _render_html(report: object, path: str, expect_policy: Path | None, target: str | None) -> str:
+def _render_html(
+    report: ValidateReport, path: str, expect_policy: Path | None, target: str | None
+) -> str:
     """``--format html``: the report, plus the layer map of the checkpoint's policy
     (built as ``ckpt inspect`` does, with the options of ``--expect-policy`` when given)."""
-    from checkpoint_tool.errors import CkptError
     from checkpoint_tool.html.validate_page import render_validate_html
 
-    policy, note = None, None
+    policy: PolicyReport | None = None
+    note = None
     try:
         policy = _policy_for_map(path, expect_policy, target)
     except CkptError as exc:
         note = f"no layer map: the policy could not be built ({exc.message})"
     if policy is not None and not policy.moe_layers:
         policy, note = None, "no layer map: the checkpoint has no MoE layers"
-    return render_validate_html(report, policy, note)  # type: ignore[arg-type]
+    return render_validate_html(report, policy, note)
 
 
-def _policy_for_map(path: str, expect_policy: Path | None, target: str | None) -> object:
+def _policy_for_map(path: str, expect_policy: Path | None, target: str | None) -> PolicyReport:
     """The policy drawn on the map: for the engine and TP the ``engine_loads`` verdict judges
     (``--target``, else config.json's ``ckpt.target`` / ``ckpt.tp``), or ``--expect-policy``'s."""
     from checkpoint_tool.catalog import open_catalog

@@ -41,7 +41,7 @@ from checkpoint_tool.execute.writer import (
     write_bytes_atomic,
     write_error,
 )
-from checkpoint_tool.plan.model import OutputFile, Plan
+from checkpoint_tool.plan.model import OutputFile, OutputTensor, Plan
 
 CONFIG_NAME = "config.json"
 #: read the source ahead of the copy (``execute.readahead``); CKPT_PREFETCH=0 turns it off (A/B)
@@ -67,7 +67,7 @@ class ThreadPool:
         run.write_files(todo, self.workers)
 
 
-def tensor_bytes(t) -> int:  # type: ignore[no-untyped-def]
+def tensor_bytes(t: OutputTensor) -> int:
     return tensor_nbytes(t.dtype, t.shape)
 
 

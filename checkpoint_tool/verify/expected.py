@@ -20,7 +20,7 @@ Example (an MXFP4 scale padded from 4 to 8 rows, fill 7f)::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +38,7 @@ HeaderLookup = Callable[[str], tuple[str, tuple[int, ...]]]
 LABEL_DTYPE = np.int32
 
 
-def storage_geometry(dtype: str, shape: tuple[int, ...] | list[int]) -> tuple[tuple[int, ...], int]:
+def storage_geometry(dtype: str, shape: Sequence[int]) -> tuple[tuple[int, ...], int]:
     """Storage shape and bytes per storage element: ``F4 [8, 64]`` -> ``((8, 32), 1)``."""
     if dtype not in DTYPE_BITS:
         raise InputError(f"dtype {dtype} is not a safetensors dtype ckpt knows")

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from checkpoint_tool.catalog import open_catalog
+from checkpoint_tool.catalog import Catalog, open_catalog
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.execute.manifest import Manifest, read_manifest
 from checkpoint_tool.execute.progress import Progress
@@ -137,7 +137,7 @@ def verify_checkpoint(
 
 
 def _numeric(
-    dst: Path, src_catalog: Any, manifest: Manifest | None, options: VerifyOptions, layout: str
+    dst: Path, src_catalog: Catalog, manifest: Manifest | None, options: VerifyOptions, layout: str
 ) -> NumericReport:
     src = CheckpointView(src_catalog, semantics="producer")
     out: ConvertedView

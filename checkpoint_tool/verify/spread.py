@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -180,8 +179,9 @@ def verify_ray(
     remote = ray.remote(_file_task).options(max_retries=MAX_RETRIES, num_cpus=1)
     refs = [ray.put(plan), ray.put(catalog)]
     limit = tasks or int(ray.cluster_resources().get("CPU", 1))
-    results: dict[int, Any] = {}
-    pending, flying = list(range(len(plan.files))), {}
+    results: dict[int, LosslessReport] = {}
+    pending = list(range(len(plan.files)))
+    flying: dict[object, int] = {}  # Ray object ref -> file index
     while pending or flying:
         while pending and len(flying) < max(1, limit):
             i = pending.pop(0)
