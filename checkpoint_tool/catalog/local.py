@@ -5,8 +5,9 @@ forked child where that pays, ``header_pool``); never tensor data.
 
 Example::
 
-    cat = open_local(Path("./quark-hybrid"))
-    cat.files, len(cat.tensors), cat.header_bytes_read   # (['model-00001-of-00003...', ...], 213, 41890)
+    cat = open_local(Path("./quark-hybrid"))   # ckpt synth quark-hybrid ./quark-hybrid
+    cat.files[0], len(cat.files), len(cat.tensors), cat.header_bytes_read
+    # ('model-00001-of-000007.safetensors', 7, 306, 34560)
 """
 
 from __future__ import annotations
