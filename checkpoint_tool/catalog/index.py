@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from checkpoint_tool.catalog.paths import safe_relative
+from checkpoint_tool.catalog.paths import Where, safe_relative
 from checkpoint_tool.errors import InputError
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def read_json_if_present(path: Path) -> dict | None:
 
 
 def files_from_index(
-    root: Path, index: dict, exists: Callable[[str], bool] | None = None
+    root: Path | Where, index: dict, exists: Callable[[str], bool] | None = None
 ) -> list[str]:
     """The shards the index names, each checked to be inside the folder and present
     (``exists(rel)``; default: a file under ``root``)."""
@@ -61,7 +61,7 @@ def files_from_index(
                 f"{root / INDEX_NAME}: tensor {name!r} points at {rel!r}, outside the checkpoint "
                 "folder; refusing a path that escapes it"
             )
-        if not (exists(rel) if exists is not None else (root / rel).is_file()):
+        if not (exists(rel) if exists is not None else (Path(root) / rel).is_file()):
             raise InputError(
                 f"{root / INDEX_NAME}: tensor {name!r} is mapped to {rel!r}, which is missing; "
                 "download the missing shard or fix the index"
@@ -70,7 +70,7 @@ def files_from_index(
     return sorted(files)
 
 
-def check_index_matches(root: Path, index: dict, cat: Catalog) -> None:
+def check_index_matches(root: Path | Where, index: dict, cat: Catalog) -> None:
     """The index and the shard headers name the same tensors in the same files."""
     weight_map: dict[str, str] = index["weight_map"]
     for name, rel in weight_map.items():

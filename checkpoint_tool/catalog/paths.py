@@ -25,6 +25,13 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
+class Where(str):
+    """A remote name that joins like a ``Path`` for messages: ``Where("hf://o/m") / "x"``."""
+
+    def __truediv__(self, other: object) -> Where:
+        return Where(f"{self}/{other}")
+
+
 def listed(names: Mapping[K, V], name: K, missing: Callable[[], str]) -> V:
     """``names[name]``, or an ``InputError`` whose message ``missing()`` says what is absent
     and what to do (built only then)."""

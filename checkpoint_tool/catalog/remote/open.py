@@ -34,6 +34,7 @@ from checkpoint_tool.catalog.index import (
     read_json_if_present,
 )
 from checkpoint_tool.catalog.local import open_local
+from checkpoint_tool.catalog.paths import Where
 from checkpoint_tool.catalog.remote.store import Store, parallel
 from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES, FileHeader, parse_header
 from checkpoint_tool.catalog.sources import HUB_PATTERNS
@@ -44,13 +45,6 @@ S3_RE = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?$")
 #: the first read of each shard: most headers fit, a longer one costs a second request
 SPECULATIVE = 64 << 10
 SMALL_FILES = ("config.json", "hf_quant_config.json", INDEX_NAME)
-
-
-class Where(str):
-    """A remote name that joins like a ``Path`` for messages: ``Where("hf://o/m") / "x"``."""
-
-    def __truediv__(self, other: object) -> Where:
-        return Where(f"{self}/{other}")
 
 
 def parse_remote(source: str) -> tuple[str, str, str | None] | None:
@@ -158,7 +152,7 @@ def _open_store(store: Store, root: Path, headers_only: bool) -> Catalog:
     root.mkdir(parents=True, exist_ok=True)
     index = read_json_if_present(root / INDEX_NAME) if INDEX_NAME in store.files else None
     if index is not None:
-        files = files_from_index(where, index, exists=store.files.__contains__)  # type: ignore[arg-type]
+        files = files_from_index(where, index, exists=store.files.__contains__)
     else:
         files = sorted(r for r in store.files if r.endswith(".safetensors") and "/" not in r)
         if not files:
@@ -185,7 +179,7 @@ def _open_store(store: Store, root: Path, headers_only: bool) -> Catalog:
         add_headers(cat, files, headers)
         cat.header_bytes_read = sum(8 + h.header_len for h in headers)
         if index is not None:
-            check_index_matches(where, index, cat)  # type: ignore[arg-type]
+            check_index_matches(where, index, cat)
     cat.source, cat.revision = store.source, store.revision
     return cat
 
