@@ -31,8 +31,8 @@ import re
 from typing import Any
 
 from checkpoint_tool.model import MoeLayerFacts
+from checkpoint_tool.policy.decision import FseDecision, FseMode
 from checkpoint_tool.policy.fse_gates import GateResult
-from checkpoint_tool.policy.report import FseDecision, FseMode
 from checkpoint_tool.report import Issue
 
 OPTION_REASONS: dict[str, str] = {

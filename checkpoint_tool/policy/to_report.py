@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from checkpoint_tool.model import ModelFacts, MoeLayerFacts
-from checkpoint_tool.policy.consistency import moe_structure_issues, unmatched_pattern_issues
+from checkpoint_tool.policy.consistency import unmatched_pattern_issues
 from checkpoint_tool.policy.decision import LayerDecision, PolicyDecision
 from checkpoint_tool.policy.report import ExpertSchemes, ModelSummary, MoeLayerPolicy, PolicyReport
 from checkpoint_tool.policy.summary import padding_issues, summarize
@@ -31,15 +31,13 @@ _MODEL_FIELDS = {"family", "model_type", "hidden_size", "num_hidden_layers", "nu
 
 def render_report(decision: PolicyDecision, catalog: Any, findings: list[Issue]) -> PolicyReport:
     """The inspect report of ``decision`` (see the module docstring)."""
-    from checkpoint_tool.policy.prefused import prefused_slots
-
     facts = decision.facts
     rc = decision.resolved
     layers = [
         layer_policy(d, tp=decision.tp, ep=decision.ep) for _, d in sorted(decision.layers.items())
     ]
     where = str(catalog.root / "config.json")
-    structure = moe_structure_issues(facts, catalog.tensors, prefused_slots(catalog.config or {}))
+    structure = decision.structure_issues
     unmatched = unmatched_pattern_issues(rc.qconfig, catalog.tensors, where)
     issues = _dedupe(
         [*decision.option_issues, *findings, *structure, *unmatched, *padding_issues(layers)]

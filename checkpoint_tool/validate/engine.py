@@ -1,6 +1,7 @@
 """The engine verdict in ``ckpt validate``: does the target engine load this checkpoint?
 
-The same engine model as ``ckpt inspect --target`` (policy + ``build_engine_report``), so a
+The same engine model as ``ckpt inspect --target`` (the policy decision +
+``build_engine_report``), so a
 checkpoint that inspect says the target refuses fails validate too: a CI gate. The target is
 ``--target``, else the one ``ckpt convert`` recorded in config.json (``ckpt.target``), else
 the default (the newest stock vLLM on CUDA); the TP size is ``ckpt.tp`` (1 for checkpoints
@@ -62,14 +63,14 @@ def check_engine_loads(ctx: ValidationContext) -> list[Issue]:
     if broken:
         raise Unavailable(f"the files are broken first ({', '.join(broken)}; see those rules)")
     resolved = ctx.resolved()
-    from checkpoint_tool.policy import build_policy
+    from checkpoint_tool.policy import decide_policy
     from checkpoint_tool.policy.engine import build_engine_report
 
     target, tp = engine_target(ctx)
     catalog = ctx.catalog
     try:
-        policy = build_policy(catalog, tp=tp, resolved=resolved, target=target)
-        report = build_engine_report(catalog, policy, target, tp)
+        decision = decide_policy(catalog, tp=tp, resolved=resolved, target=target)
+        report = build_engine_report(catalog, decision, target, tp)
     except CkptError as exc:
         raise Unavailable(f"the engine verdict cannot be built: {exc.message}") from None
     return [

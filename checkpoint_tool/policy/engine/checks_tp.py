@@ -129,9 +129,9 @@ def _shared_fp8_block(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]
     """Unfused shared experts are MergedColumnParallel gate_up + RowParallel down linears:
     block FP8 needs I/tp to be a multiple of block_n (gate/up) and block_k (down)."""
     facts, tp = ctx.facts, max(1, ctx.options.tp)
-    if facts is None or ctx.policy is None:
+    if facts is None or ctx.decision is None:
         return []
-    fused = {m.layer for m in ctx.policy.moe_layers if m.fse.enabled}
+    fused = {index for index, layer in ctx.decision.layers.items() if layer.fse.enabled}
     groups: dict[tuple, list[int]] = defaultdict(list)
     for layer in facts.moe_layers:
         if layer.n_shared <= 0 or layer.layer in fused or layer.shared_intermediate_size % tp:
