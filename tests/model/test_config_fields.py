@@ -126,8 +126,7 @@ def test_geometry_reads_the_shared_width_where_the_model_facts_do():
     width comes from 256 (plan.geometry reads through config_field)."""
     from checkpoint_tool.model.facts import MoeLayerFacts
     from checkpoint_tool.plan.geometry import plan_geometry
-    from checkpoint_tool.policy.decision import LayerDecision, PolicyDecision
-    from checkpoint_tool.policy.decision import FseDecision
+    from checkpoint_tool.policy.decision import FseDecision, LayerDecision, PolicyDecision
 
     wrapper = {
         "shared_expert_intermediate_size": 999,
