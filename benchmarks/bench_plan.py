@@ -122,7 +122,7 @@ def stages(src: Path, tp: int) -> None:
     from checkpoint_tool.plan.layouts import get_layout
     from checkpoint_tool.plan.model import PlanOptions
     from checkpoint_tool.plan.outputs import plan_outputs
-    from checkpoint_tool.plan.summary import plan_summary
+    from checkpoint_tool.plan.summarize import plan_summary
     from checkpoint_tool.policy import decide_policy
     from checkpoint_tool.recipes import auto_recipe
 

@@ -22,6 +22,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 
+from checkpoint_tool.plan.model import Plan
+from checkpoint_tool.plan.serialize import plan_json_chunks, plan_json_text
+
 if TYPE_CHECKING:  # imported when a human report is drawn (json output never needs rich)
     from rich.console import Console
 
@@ -47,12 +50,11 @@ def stderr_console() -> Console:
     return Console(stderr=True)
 
 
-def to_json(report: BaseModel) -> str:
-    """Sorted keys, indent 2. A report with its own writer for that spelling (``json_text``:
-    the plan, ~60 MB for a full-size model) writes itself."""
-    own = getattr(report, "json_text", None)
-    if own is not None:
-        return own()  # type: ignore[no-any-return]
+def to_json(report: BaseModel | Plan) -> str:
+    """Sorted keys, indent 2. The plan (~60 MB for a full-size model) has its own writer for
+    that spelling (``plan.serialize``)."""
+    if isinstance(report, Plan):
+        return plan_json_text(report)
     return json.dumps(report.model_dump(mode="json"), indent=2, sort_keys=True)
 
 
@@ -79,8 +81,8 @@ def emit(
 
             raise UsageError("--format html: this command draws no HTML; use json or human")
         _write_utf8(html(report))  # the page declares charset utf-8, whatever the locale
-    elif hasattr(report, "json_chunks"):  # the plan: written piece by piece, never joined
-        for chunk in report.json_chunks():
+    elif isinstance(report, Plan):  # the plan: written piece by piece, never joined
+        for chunk in plan_json_chunks(report):
             sys.stdout.write(chunk)
         sys.stdout.write("\n")
     else:

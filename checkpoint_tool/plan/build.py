@@ -25,7 +25,7 @@ from checkpoint_tool.plan.inputs import PlanInputs, plan_inputs
 from checkpoint_tool.plan.layouts import get_layout
 from checkpoint_tool.plan.model import Plan, PlanOptions
 from checkpoint_tool.plan.outputs import Planned, plan_outputs
-from checkpoint_tool.plan.summary import plan_summary
+from checkpoint_tool.plan.summarize import plan_summary
 from checkpoint_tool.policy.decision import PolicyDecision
 from checkpoint_tool.recipes import Recipe, auto_recipe, load_recipe
 

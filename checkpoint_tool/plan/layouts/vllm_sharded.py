@@ -30,9 +30,8 @@ from checkpoint_tool.plan.inputs import layer_of
 from checkpoint_tool.plan.layouts.planned_index import PlannedIndex
 from checkpoint_tool.plan.layouts.vllm_moe import moe_params
 from checkpoint_tool.plan.layouts.vllm_params import Param, ParamBuilder
-from checkpoint_tool.plan.model import DroppedTensor, OutputFile
+from checkpoint_tool.plan.model import DroppedTensor, OutputFile, output_nbytes
 from checkpoint_tool.plan.sharding import shard
-from checkpoint_tool.plan.summary import output_nbytes
 from checkpoint_tool.quant.scheme import WeightFormat
 from checkpoint_tool.targets import DEFAULT_TARGET, load_spec
 from checkpoint_tool.targets.instance import ModelInstance, instantiate
