@@ -28,7 +28,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
 
 from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.catalog.safetensors_format import storage_shape, tensor_nbytes
@@ -45,7 +44,7 @@ from checkpoint_tool.plan.kinds import (
 )
 from checkpoint_tool.plan.model import DroppedTensor, OutputTensor
 from checkpoint_tool.plan.pieces import Placement
-from checkpoint_tool.quant.resolve import split_tensor_name
+from checkpoint_tool.quant.resolve import ResolvedTensor, split_tensor_name
 from checkpoint_tool.recipes import Renamed
 
 
@@ -179,14 +178,13 @@ def _place(inputs: PlanInputs, name: str, part: ExpertPart, cutter: _Cutter) -> 
 
 class _Cutter:
     """``pad`` for expert tensors: the module's weight gives the codec and the logical shape;
-    codecs, logical shapes and placements are looked up once per distinct value."""
+    logical shapes and placements are looked up once per distinct value."""
 
     def __init__(self, inputs: PlanInputs) -> None:
         self.inputs = inputs
         self.tensors = inputs.catalog.tensors
         self.resolved = inputs.resolved.tensors
         self.cache: PlacementCache = {}
-        self.codecs: dict[int, Any] = {}  # by id of the weight's Scheme (alive in resolved)
         self.logical: dict[tuple, tuple[int, ...]] = {}
         self._whole: dict[tuple[int, int], list[tuple[int, int]]] = {}
 
@@ -202,7 +200,7 @@ class _Cutter:
     def cut(
         self,
         entry: TensorEntry,
-        rt: Any,
+        rt: ResolvedTensor,
         part: ExpertPart,
         ranges: list[tuple[int, int]],
         target: int,
@@ -216,10 +214,8 @@ class _Cutter:
             )
         w_entry = self.tensors[weight]
         scheme = self.resolved[weight].scheme
-        codec = self.codecs.get(id(scheme))
-        if codec is None:
-            codec = self.codecs[id(scheme)] = self.inputs.codec(scheme)
-        key = (id(codec), w_entry.dtype, w_entry.shape)
+        codec = self.inputs.codec(scheme)
+        key = (codec, w_entry.dtype, w_entry.shape)
         logical = self.logical.get(key)
         if logical is None:
             storage = storage_shape(w_entry.dtype, w_entry.shape, name=weight)

@@ -15,6 +15,7 @@ Example (a Quark MXFP4 expert projection)::
 from __future__ import annotations
 
 from enum import Enum
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -87,6 +88,12 @@ class Scheme(BaseModel):
             self.scale_is_e8m0,
             self.scale_dtypes,
         )
+
+    @cached_property
+    def storage_key(self) -> tuple:
+        """``storage_identity()``, computed once per scheme: the key of the storage codec a
+        planner looks up for every expert tensor (a scheme is frozen, its bytes never change)."""
+        return self.storage_identity()
 
     def producer_identity(self) -> tuple:
         """``storage_identity`` plus the scale tensors' names and the raw producer spec: strict,

@@ -11,7 +11,7 @@ import pytest
 
 from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.cli.app import main
-from checkpoint_tool.plan.build import source_label
+from checkpoint_tool.plan.source_label import source_label
 
 
 def _convert(monkeypatch, src: Path, dst: Path) -> None:

@@ -29,6 +29,7 @@ from checkpoint_tool.errors import AlignmentError, InputError
 from checkpoint_tool.plan.layouts.narrow import narrow, pieces_shape
 from checkpoint_tool.plan.model import OutputTensor, Pad, Piece, Region
 from checkpoint_tool.quant.scheme import Scheme
+from checkpoint_tool.quant.storage import StorageFormat
 from checkpoint_tool.targets.instance import BufferSite, LinearSite, ParamSite, VocabSite
 from checkpoint_tool.targets.shapes import (
     ROLE_BY_SUFFIX,
@@ -99,7 +100,7 @@ class ParamBuilder:
                 "recipe rule or fix the quantization config"
             )
 
-    def logical(self, codec: Any, weight: OutputTensor) -> tuple[int, ...]:
+    def logical(self, codec: StorageFormat, weight: OutputTensor) -> tuple[int, ...]:
         return tuple(codec.logical_shape(storage_shape(weight.dtype, weight.shape)))
 
     def tensor(
@@ -247,7 +248,7 @@ class ParamBuilder:
             )
         return Param(name, ranks, [t.name for _, t in tensors])
 
-    def _check_merge(self, site: LinearSite, codec: Any, logicals: list[tuple[int, ...]]) -> None:
+    def _check_merge(self, site: LinearSite, codec: StorageFormat, logicals: list[tuple[int, ...]]) -> None:
         """Merged shards concatenate their scales: every shard but the last must end on a
         scale block boundary (vLLM validate_fp8_block_shape requires the same)."""
         for (hf, out), logical in zip(site.shards[:-1], logicals[:-1], strict=True):
@@ -264,7 +265,7 @@ class ParamBuilder:
         self,
         site: LinearSite,
         name: str,
-        codec: Any,
+        codec: StorageFormat,
         role: str,
         scalar: bool,
         tensors: list[OutputTensor],
@@ -305,14 +306,14 @@ class ParamBuilder:
     def _region(
         self,
         site: LinearSite,
-        codec: Any,
+        codec: StorageFormat,
         role: str,
         logical: tuple[int, ...],
         rank: int,
         tensor: str,
     ) -> Region | None:
         """Storage region of ``rank``'s share of one shard (None: the whole tensor)."""
-        if site.parallel == "replicated" or role not in getattr(codec, "roles", ()):
+        if site.parallel == "replicated" or role not in codec.roles:
             return None
         dim = len(logical) - (2 if site.parallel == "column" else 1)
         size = logical[dim] // self.tp
