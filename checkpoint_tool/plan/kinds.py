@@ -30,7 +30,7 @@ from checkpoint_tool.quant.storage import StorageFormat
 from checkpoint_tool.regions import Piece, Region
 
 #: ``pad``'s cache: placements by shape signature (experts of a layer share shapes)
-PlacementCache = dict[tuple, Placement]
+PlacementCache = dict[tuple[object, ...], Placement]
 
 
 def keep(entry: TensorEntry) -> Placement:
@@ -70,8 +70,8 @@ def pad(
     whole_ranges = [(k * width, (k + 1) * width) for k in range(part.segments)]
     if ranges == whole_ranges and target == cut:
         return keep(entry)  # nothing to cut or pad (also skips the codec entirely)
-    key = (role, entry.dtype, entry.shape, logical, codec, part.dim, part.proj == "down")
-    key += (tuple(ranges), target)
+    key = (role, entry.dtype, entry.shape, logical, codec, part.dim, part.proj == "down",
+           tuple(ranges), target)  # fmt: skip
     template = cache.get(key) if cache is not None else None
     if template is not None:  # the same cut of another expert: its regions, this name
         return Placement(

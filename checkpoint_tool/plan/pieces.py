@@ -73,7 +73,7 @@ def _plain_ranges(
     entry: TensorEntry, ranges: list[tuple[int, int]], target: int
 ) -> list[tuple[Region | None, Pad | None]]:
     """A 1-D tensor indexed by the intermediate dim (an expert bias): no packing, no groups."""
-    out = []
+    out: list[tuple[Region | None, Pad | None]] = []
     for start, stop in ranges:
         amount = target - (stop - start)
         pad = Pad(dim=0, amount=amount, fill=_fill(entry, "bias")) if amount > 0 else None

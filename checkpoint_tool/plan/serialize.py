@@ -289,17 +289,18 @@ class _PrettyTensors:
         self.shapes: dict[tuple[int, ...], str] = {}
         self.ops: dict[tuple[str, ...], str] = {}
         #: a single-piece tensor's text around its name and its source's, by what repeats
-        self.whole: dict[tuple, tuple[str, str, str]] = {}
+        self.whole: dict[tuple[object, ...], tuple[str, str, str]] = {}
 
     def __call__(self, t: OutputTensor) -> str:
         pieces = t.pieces
         if len(pieces) != 1:
             return self.text(t)
         # a single-piece tensor: everything but its two names repeats over every expert of a
-        # layer (the shape and ops objects are shared, alive for the whole dump: keyed by id)
+        # layer (the planner shares the shape and ops tuples: hashed by value, cheaply)
         p = pieces[0]
-        key = (id(t.shape), id(t.ops), t.dtype, t.layer, t.combine, t.axis, t.fill, p.slices)
-        key += (p.pads,)
+        shape = t.shape if isinstance(t.shape, tuple) else tuple(t.shape)
+        ops = t.ops if isinstance(t.ops, tuple) else tuple(t.ops)
+        key = (shape, ops, t.dtype, t.layer, t.combine, t.axis, t.fill, p.slices, p.pads)
         parts = self.whole.get(key)
         if parts is None:
             text = self.text(OutputTensor("", t.dtype, t.shape, (p._replace(source=""),),

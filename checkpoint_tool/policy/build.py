@@ -56,7 +56,6 @@ def decide_policy(
     newest stock vLLM on CUDA; under ``--fse auto`` only what it fuses at load time is fused).
     ``resolved`` may be passed when the caller already resolved the catalog."""
     tgt = target if isinstance(target, Target) else load_rule_table().target(target)
-    parallel = {"tp": tp, "ep": ep, "eplb": eplb, "all2all": all2all}
     check_options(tp=tp, ep=ep, eplb=eplb, fse=fse)
     config = catalog.config or {}
     raw_qc = config.get("quantization_config")
@@ -93,7 +92,10 @@ def decide_policy(
     }
     return PolicyDecision(
         target=tgt,
-        **parallel,
+        tp=tp,
+        ep=ep,
+        eplb=eplb,
+        all2all=all2all,
         fse_mode=fse,
         facts=facts,
         resolved=rc,

@@ -111,6 +111,12 @@ class Scheme(BaseModel):
             repr(self.spec),
         )
 
+    @cached_property
+    def siblings_key(self) -> tuple:
+        """What decides the tensors stored next to the weight (``producer_identity`` and the
+        input scale's dtypes), computed once per scheme: a memo key for sibling checks."""
+        return (self.producer_identity(), self.input_scale_dtypes)
+
     def scale_names(self, module: str) -> list[str]:
         """Names of the sibling tensors this scheme expects next to ``module.weight``."""
         out = []

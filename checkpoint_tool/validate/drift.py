@@ -71,7 +71,8 @@ def compare_policies(expected: Any, actual: Any) -> list[Issue]:
     for idx in sorted(set(exp_layers) | set(act_layers)):
         e, a = exp_layers.get(idx), act_layers.get(idx)
         if a is None or e is None:
-            present = e or a
+            present = e if e is not None else a
+            assert present is not None
             what = "is no longer a MoE layer" if a is None else "is a new MoE layer"
             out.append(_issue(present.prefix, f"MoE layer {idx} {what} (expected policy differs)"))
             continue

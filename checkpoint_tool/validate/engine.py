@@ -31,7 +31,8 @@ def engine_target(ctx: ValidationContext) -> tuple[str | None, int]:
     meta = (ctx.config or {}).get("ckpt")
     meta = meta if isinstance(meta, dict) else {}
     target = ctx.options.target or meta.get("target")
-    tp = meta.get("tp") if isinstance(meta.get("tp"), int) and meta.get("tp") > 0 else 1
+    recorded = meta.get("tp")
+    tp = recorded if isinstance(recorded, int) and recorded > 0 else 1
     return (target if isinstance(target, str) else None), tp
 
 
@@ -73,14 +74,17 @@ def check_engine_loads(ctx: ValidationContext) -> list[Issue]:
         report = build_engine_report(catalog, decision, target, tp)
     except CkptError as exc:
         raise Unavailable(f"the engine verdict cannot be built: {exc.message}") from None
-    return [
-        Issue(
-            severity=f.severity if f.severity != "info" else "info",
-            rule="engine_loads",
-            tensor=f.tensors[0] if f.tensors else (f.modules[0] if f.modules else None),
-            message=f"{report.target} (tp {tp}): [{f.rule}] {f.message}"
-            + (f' (engine: "{f.upstream}")' if f.upstream else ""),
+    out: list[Issue] = []
+    for f in report.findings:
+        if f.severity == "info" or f.rule in REPORTED_ELSEWHERE:
+            continue
+        out.append(
+            Issue(
+                severity=f.severity,
+                rule="engine_loads",
+                tensor=f.tensors[0] if f.tensors else (f.modules[0] if f.modules else None),
+                message=f"{report.target} (tp {tp}): [{f.rule}] {f.message}"
+                + (f' (engine: "{f.upstream}")' if f.upstream else ""),
+            )
         )
-        for f in report.findings
-        if f.severity in ("error", "warning") and f.rule not in REPORTED_ELSEWHERE
-    ]
+    return out

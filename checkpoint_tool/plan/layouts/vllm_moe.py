@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 PER_EXPERT_RULE = "vllm_sharded_per_expert"
 #: (codec, logical shape, dim, rank) -> storage regions, shared by the experts of one layer
-RegionCache = dict[tuple[StorageFormat, tuple[int, ...], int, int], dict[str, Region]]
+RegionCache = dict[tuple[StorageFormat, tuple[int, ...], int, int], dict[str, Region | None]]
 
 
 def moe_params(b: ParamBuilder, site: MoeSite, layer: MoeLayerFacts) -> list[Param]:
@@ -73,11 +73,15 @@ def moe_params(b: ParamBuilder, site: MoeSite, layer: MoeLayerFacts) -> list[Par
     params = required(sp, scheme, "moe")
     for (_, proj), module in modules.items():
         template = b.spec.moe.w2 if proj == "down" else b.spec.moe.w13
+
+        def key_of(p: str, template: str = template) -> str:
+            return b.keys.key(site.vllm, template.format(param=p))
+
         b.check_params(
             module,
             b.index.module(module),
             params,
-            lambda p, template=template: b.keys.key(site.vllm, template.format(param=p)),
+            key_of,
             scheme,
             site,
             "routed experts",

@@ -101,7 +101,7 @@ class ParamBuilder:
             )
 
     def logical(self, codec: StorageFormat, weight: OutputTensor) -> tuple[int, ...]:
-        return tuple(codec.logical_shape(storage_shape(weight.dtype, weight.shape)))
+        return tuple(codec.logical_shape(storage_shape(weight.dtype, tuple(weight.shape))))
 
     def tensor(
         self,
@@ -278,7 +278,7 @@ class ParamBuilder:
         for (_hf, _out), tensor, logical in zip(site.shards, tensors, logicals, strict=True):
             if scalar:
                 if (
-                    math.prod(storage_shape(tensor.dtype, tensor.shape)) != 1
+                    math.prod(storage_shape(tensor.dtype, tuple(tensor.shape))) != 1
                     or len(tensor.pieces) != 1
                 ):
                     raise InputError(
@@ -333,7 +333,7 @@ class ParamBuilder:
                 "not; use --layout hf"
             )
         rows, cols = vocab_shape(site, self.spec.vocab_padding, self.tp)
-        have = storage_shape(tensor.dtype, tensor.shape)
+        have = storage_shape(tensor.dtype, tuple(tensor.shape))
         if list(have) != [site.rows, cols]:
             raise InputError(
                 f"{self.index.ctx.catalog.root}: {name} has shape {list(have)}, config.json says "

@@ -38,6 +38,7 @@ from checkpoint_tool.targets.keys import KeyResolver
 from checkpoint_tool.targets.spec import TargetSpec
 
 if TYPE_CHECKING:
+    from checkpoint_tool.catalog.catalog import Catalog
     from checkpoint_tool.plan.inputs import PlanInputs
     from checkpoint_tool.plan.outputs import Planned
 
@@ -52,7 +53,7 @@ def engine_config(ctx: PlanInputs) -> dict[str, Any]:
     return config
 
 
-def quant_family(catalog: Any) -> str | None:
+def quant_family(catalog: Catalog) -> str | None:
     """The vLLM quantization config family serving ``catalog``, for spec expressions:
     ``"modelopt"`` (hf_quant_config.json, or a ``modelopt*`` quant_method), else config.json's
     ``quantization_config.quant_method`` lower-cased (``"fp8"``, ``"quark"``), else None."""
@@ -174,10 +175,9 @@ def _check_unique(params: list[Param]) -> None:
 
 def _record(planned: Planned, index: PlannedIndex, params: list[Param]) -> None:
     """Report bookkeeping under the output names (kinds, padded, experts, bytes)."""
-    sizes = getattr(planned, "nbytes", None)
+    sizes = planned.nbytes
     for p in params:
-        if isinstance(sizes, dict):
-            sizes[p.name] = output_nbytes(p.ranks[0])
+        sizes[p.name] = output_nbytes(p.ranks[0])
         kinds = {index.kind(n) for n in p.planned}
         if "redirected" in kinds:
             kind = "redirected"
@@ -198,7 +198,7 @@ def _notes(ctx: PlanInputs, spec: TargetSpec, index: PlannedIndex, inst: ModelIn
         weight = index.get(f"{site.vllm.rsplit('.', 1)[0]}.0.gate_proj.weight")
         if weight is not None:
             formats.add(index.scheme(weight).format)
-    if WeightFormat.MXFP4 in formats:
+    if WeightFormat.MXFP4 in formats and ctx.geometry.padded is not None:
         ctx.notes.append(
             "MXFP4 routed experts: vLLM's MXFP4 MoE backends round each rank's intermediate size "
             f"up (per backend); the per-rank files hold {ctx.geometry.padded // ctx.options.tp} "

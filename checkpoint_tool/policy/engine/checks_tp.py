@@ -22,13 +22,17 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from checkpoint_tool.quant.scheme import WeightFormat
 from checkpoint_tool.quant.storage import round_up, scheme_alignment
 
 from .context import EngineContext
 from .model import EngineFinding, RuleSpec
+
+if TYPE_CHECKING:
+    from checkpoint_tool.model import MoeLayerFacts
+    from checkpoint_tool.quant.scheme import Scheme
 
 TP_RULES = (
     "tp_intermediate_not_divisible",
@@ -41,7 +45,7 @@ TP_RULES = (
 )
 
 
-def _routed_scheme(ctx: EngineContext, layer: Any) -> Any:
+def _routed_scheme(ctx: EngineContext, layer: MoeLayerFacts) -> Scheme | None:
     return ctx.scheme_of(layer.routed_weight(0, "down"))
 
 

@@ -94,6 +94,13 @@ class EngineContext:
     def is_quark(self) -> bool:
         return isinstance(self.qconfig, QuarkConfig)
 
+    @property
+    def quark(self) -> QuarkConfig:
+        """The parsed Quark config, for the Quark-only rules (they run when ``is_quark``)."""
+        if not isinstance(self.qconfig, QuarkConfig):
+            raise TypeError("a Quark rule ran on a checkpoint without a Quark config")
+        return self.qconfig
+
     def scheme_of(self, name: str) -> Scheme | None:
         """Scheme vLLM resolves for tensor ``name`` (None: no such tensor or no config): the
         decision's, else resolved here one tensor at a time (``resolve_tensor``)."""
