@@ -23,7 +23,7 @@ from checkpoint_tool.catalog.catalog import INDEX_NAME, Catalog
 from checkpoint_tool.plan.config_edit import check_schemes, edit_config, is_exact
 from checkpoint_tool.plan.inputs import PlanInputs, plan_inputs
 from checkpoint_tool.plan.layouts import get_layout
-from checkpoint_tool.plan.model import Plan, PlanOptions
+from checkpoint_tool.plan.model import OutputFile, Plan, PlanOptions
 from checkpoint_tool.plan.outputs import Planned, plan_outputs
 from checkpoint_tool.plan.source_label import source_label
 from checkpoint_tool.plan.summarize import plan_summary
@@ -143,7 +143,7 @@ def _metadata(inputs: PlanInputs, source: str) -> dict[str, Any]:
     return meta
 
 
-def _piece_provenance(files: list) -> dict[str, list[str]]:  # type: ignore[type-arg]
+def _piece_provenance(files: list[OutputFile]) -> dict[str, list[str]]:
     """source -> output names, read off the pieces (every rank cuts the same sources under
     the same names, so rank 0's files tell it all)."""
     out: dict[str, dict[str, None]] = {}

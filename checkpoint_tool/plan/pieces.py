@@ -111,7 +111,7 @@ def place(
             if amount > 0:
                 seg = list(logical)
                 seg[d] = stop - start
-                pad = codec.storage_pads(tuple(seg), d, amount, name=entry.name)[role]  # type: ignore[attr-defined]
+                pad = codec.storage_pads(tuple(seg), d, amount, name=entry.name)[role]
                 if pad is not None:
                     pad = Pad(dim=pad.dim, amount=pad.amount, fill=_fill(entry, role))
             cuts.append((region, pad))

@@ -53,7 +53,7 @@ def render_report(decision: PolicyDecision, catalog: Catalog, findings: list[Iss
         ep=decision.ep,
         eplb=decision.eplb,
         all2all=decision.all2all,
-        fse_mode=decision.fse_mode,  # type: ignore[arg-type]
+        fse_mode=decision.fse_mode,
         target=decision.target.name,
         moe_layers=layers,
         summary=summarize(layers, issues),

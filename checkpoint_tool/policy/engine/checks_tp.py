@@ -155,7 +155,8 @@ def _shared_fp8_block(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]
                 key = ("input_size_per_partition", "block_k", bk, "down columns")
             else:
                 continue
-            groups[(layer.shared_intermediate_size, per_rank, *key)].append(layer.layer)
+            group = (layer.shared_intermediate_size, per_rank, *key)
+            groups[group].append(layer.layer)
     return [
         rule.finding(
             layers=layers,
