@@ -82,7 +82,7 @@ def inspect_once(src: Path, tp: int) -> dict[str, float]:
     from checkpoint_tool.cli.output import to_json
     from checkpoint_tool.policy import decide_policy
     from checkpoint_tool.policy.build import render_policy
-    from checkpoint_tool.policy.engine import build_engine_report
+    from checkpoint_tool.policy.engine.build import build_engine_report
     from checkpoint_tool.quant.resolve import resolve_catalog
 
     marks = {"start": time.perf_counter()}

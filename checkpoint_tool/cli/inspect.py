@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
             # the scheme findings of ~46k modules: half in a forked child (two cores)
             report = render_policy(decision, catalog, spread=spread_map)
         # engine section (issue 10): what the target engine does with this checkpoint
-        from checkpoint_tool.policy.engine import build_engine_report
+        from checkpoint_tool.policy.engine.build import build_engine_report
         from checkpoint_tool.policy.engine.render import with_engine
 
         engine = build_engine_report(catalog, decision, target, tp, moe_backend, ep, eplb, all2all)

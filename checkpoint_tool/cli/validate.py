@@ -193,7 +193,7 @@ def _policy_for_map(path: str, expect_policy: Path | None, target: str | None) -
     from checkpoint_tool.forked import spread_map
     from checkpoint_tool.policy import decide_policy
     from checkpoint_tool.policy.build import render_policy
-    from checkpoint_tool.policy.engine import build_engine_report
+    from checkpoint_tool.policy.engine.build import build_engine_report
     from checkpoint_tool.policy.engine.render import with_engine
     from checkpoint_tool.validate.drift import load_expected_policy
 

@@ -1,7 +1,7 @@
 """The policy decision: what ckpt decided per MoE layer, computed once, typed, small.
 
 ``decide_policy`` (``policy.build``) makes it from the catalog and the engine options; the
-planner (``plan.build``), the engine verdict (``policy.engine.build_engine_report``) and
+planner (``plan.build``), the engine verdict (``policy.engine.build.build_engine_report``) and
 ``ckpt validate`` take it as their input; ``ckpt inspect`` renders it into the ``PolicyReport``
 JSON (``policy.to_report.render_report``), which embeds ``FseDecision`` and ``TpGeometry`` as
 they are. The report never feeds anything back.

@@ -15,7 +15,7 @@ Stable and documented (``docs/inspect.md``, JSON Schema in
                  "reasons": {"Quark uses ... at model.layers.N.mlp.shared_experts": [3]},
                  "text": "fused shared experts: enabled on MoE layer(s) [1, 2]; ..."},
      "issues": [{"severity": "error", "tensor": "...", "rule": "...", "message": "..."}],
-     "engine": {...} | null}     # issue 10: what --target (default: newest vLLM) will do
+     "engine": {...} | null}     # what --target (default: newest vLLM) will do
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ class PolicyReport(_Model):
     moe_layers: list[MoeLayerPolicy] = Field(default_factory=list)
     summary: PolicySummary
     issues: list[Issue] = Field(default_factory=list)
-    #: what the target engine will do with the checkpoint (``--target``; issue 10); see
+    #: what the target engine will do with the checkpoint (``--target``); see
     #: docs/engine-compat.md. None when no engine section was built.
     engine: EngineReport | None = None
 

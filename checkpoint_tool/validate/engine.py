@@ -65,7 +65,7 @@ def check_engine_loads(ctx: ValidationContext) -> list[Issue]:
         raise Unavailable(f"the files are broken first ({', '.join(broken)}; see those rules)")
     resolved = ctx.resolved()
     from checkpoint_tool.policy import decide_policy
-    from checkpoint_tool.policy.engine import build_engine_report
+    from checkpoint_tool.policy.engine.build import build_engine_report
 
     target, tp = engine_target(ctx)
     catalog = ctx.catalog

@@ -2,8 +2,8 @@
 
 The modules that used to look fields up on their own (model facts, recipe ``when``, target
 spec names, config edits) must read the same value from a wrapper whose top level disagrees
-with its ``text_config``; before issue 17 the recipe rules, the target specs and the config
-edit read the top level first while the model facts read ``text_config``.
+with its ``text_config`` (the recipe rules, the target specs and the config edit once read
+the top level first while the model facts read ``text_config``).
 """
 
 from __future__ import annotations

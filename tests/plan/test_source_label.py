@@ -1,5 +1,5 @@
 """Outputs name their source by content, never by a local path: the same source converted
-from two folders gives byte-identical outputs, manifest included (issue 14)."""
+from two folders gives byte-identical outputs, manifest included."""
 
 from __future__ import annotations
 

@@ -86,7 +86,7 @@ def model_instance(ctx: PlanInputs, target: str = DEFAULT_TARGET) -> ModelInstan
 def build_files(ctx: PlanInputs, planned: Planned) -> list[OutputFile]:
     """Per-rank files of every engine parameter (see the module docstring). A full-size
     plan allocates ~10^6 small acyclic objects here: the commands run planning with the cycle
-    collector paused (``cli.session``), a library caller may do the same."""
+    collector paused (``cli.session.opened``), a library caller may do the same."""
     _check_options(ctx)
     inst = model_instance(ctx)
     spec = inst.spec

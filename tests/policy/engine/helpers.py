@@ -7,7 +7,7 @@ from pathlib import Path
 from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.errors import CkptError
 from checkpoint_tool.policy import decide_policy
-from checkpoint_tool.policy.engine import build_engine_report
+from checkpoint_tool.policy.engine.build import build_engine_report
 
 
 def engine(path: Path, *, tp: int = 1, target: str | None = None, table=None, **opts):

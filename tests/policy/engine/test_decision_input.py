@@ -12,8 +12,8 @@ import pytest
 from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.policy import decide_policy
-from checkpoint_tool.policy.engine import build_engine_report
 from checkpoint_tool.policy.engine import context as engine_context
+from checkpoint_tool.policy.engine.build import build_engine_report
 
 AITER_FSE = "vllm-0.33-rocm-aiter-fse"
 
