@@ -21,12 +21,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
-
-from checkpoint_tool.plan.model import Plan
-from checkpoint_tool.plan.serialize import plan_json_chunks, plan_json_text
+from typing_extensions import TypeIs
 
 if TYPE_CHECKING:  # imported when a human report is drawn (json output never needs rich)
     from rich.console import Console
+
+    from checkpoint_tool.plan.model import Plan
 
 
 #: every format ``emit`` draws; a command offers the ones it has renderers for
@@ -53,7 +53,9 @@ def stderr_console() -> Console:
 def to_json(report: BaseModel | Plan) -> str:
     """Sorted keys, indent 2. The plan (~60 MB for a full-size model) has its own writer for
     that spelling (``plan.serialize``)."""
-    if isinstance(report, Plan):
+    if _is_plan(report):
+        from checkpoint_tool.plan.serialize import plan_json_text
+
         return plan_json_text(report)
     return json.dumps(report.model_dump(mode="json"), indent=2, sort_keys=True)
 
@@ -81,12 +83,21 @@ def emit(
 
             raise UsageError("--format html: this command draws no HTML; use json or human")
         _write_utf8(html(report))  # the page declares charset utf-8, whatever the locale
-    elif isinstance(report, Plan):  # the plan: written piece by piece, never joined
+    elif _is_plan(report):  # the plan: written piece by piece, never joined
+        from checkpoint_tool.plan.serialize import plan_json_chunks
+
         for chunk in plan_json_chunks(report):
             sys.stdout.write(chunk)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(to_json(report) + "\n")
+
+
+def _is_plan(report: object) -> TypeIs[Plan]:
+    """Is ``report`` a plan (imported here: most commands never write one)?"""
+    from checkpoint_tool.plan.model import Plan
+
+    return isinstance(report, Plan)
 
 
 def _write_utf8(text: str) -> None:

@@ -26,6 +26,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 
@@ -104,9 +105,7 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
             continue
         part = experts_get(name)
         if part is None or (aligned and part.kind == "routed" and not part.fused_3d):
-            rt = resolved[name]  # ``keep``, inlined: ~90k tensors of a full-size model
-            renamed = rename(name, scheme=rt.scheme, is_scale=rt.role == "scale", drop_checked=True)
-            placed: list[Placed] = [(renamed, keep(tensors[name]))]
+            placed = _kept(rename, name, resolved[name], tensors[name])
         else:
             placed = _place(inputs, name, part, cutter)
         for renamed, placement in placed:
@@ -132,6 +131,16 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
     if inputs.recipe.loader_reapplies_rules:
         _check_fixed_points(inputs, sources)
     return out
+
+
+def _kept(
+    rename: Callable[..., Renamed], name: str, rt: ResolvedTensor, entry: TensorEntry
+) -> list[Placed]:
+    """A tensor written as it is (no expert, or a routed expert that needs no padding): the
+    recipe's name for it and a ``keep``. The fast path of the loop: ~90k tensors of a
+    full-size model take it, so ``plan_outputs`` binds ``rename`` once and calls it here."""
+    renamed = rename(name, scheme=rt.scheme, is_scale=rt.role == "scale", drop_checked=True)
+    return [(renamed, keep(entry))]
 
 
 def _place(inputs: PlanInputs, name: str, part: ExpertPart, cutter: _Cutter) -> list[Placed]:

@@ -1,7 +1,7 @@
 """A plan's JSON, both ways: free functions over the plan records of ``plan.model``.
 
-The document schema (``PlanDocument``, ``OutputFileDocument``, ...) is generated from those
-records: same field names, order and defaults, each record type replaced by its document model
+The document schema (``document_models()``: ``PlanDocument``, ``OutputFileDocument``, ...) is
+generated from those records: same field names, order and defaults, each record type replaced by its document model
 (named tuples become objects, sequences lists). It validates what is read back
 (``plan_load``). Writing does not build it: a full-size plan has ~92k tensors, so the writers
 are string templates, each equal to what pydantic + ``json`` write for the document (a test
@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import itertools
 import json
@@ -38,11 +39,11 @@ from checkpoint_tool.plan.model import OutputFile, OutputTensor, Plan
 from checkpoint_tool.regions import Pad, Piece, Region
 
 __all__ = [
-    "OutputFileDocument",
-    "PlanDocument",
+    "document_models",
     "file_dump",
     "file_json",
     "plan_compact_json",
+    "plan_document",
     "plan_dump",
     "plan_head_json",
     "plan_json_chunks",
@@ -100,20 +101,23 @@ def _document_model(record: type, models: Mapping[type, type[BaseModel]]) -> typ
     return create_model(f"{record.__name__}Document", **fields)
 
 
-def _document_models() -> dict[type, type[BaseModel]]:
+@functools.cache
+def document_models() -> dict[type, type[BaseModel]]:
+    """Record type -> its document model, e.g. ``document_models()[Plan]`` (``PlanDocument``).
+    Built on first use: writing a plan's pretty JSON never needs them."""
     models: dict[type, type[BaseModel]] = {}
     for record in RECORDS:
         models[record] = _document_model(record, models)
     return models
 
 
-#: record type -> its document model
-DOCUMENTS = _document_models()
-PlanDocument = DOCUMENTS[Plan]
-OutputFileDocument = DOCUMENTS[OutputFile]
+def plan_document() -> type[BaseModel]:
+    """The document model of a whole plan (``PlanDocument``)."""
+    return document_models()[Plan]
+
 
 #: top-level keys of the document, in declaration order (the compact spelling's order)
-_FIELDS = tuple(PlanDocument.model_fields)
+_FIELDS = tuple(name for name, _ in _record_fields(Plan))
 
 
 # -- plain data ---------------------------------------------------------------------------------
@@ -218,7 +222,7 @@ def plan_head_json(plan: Plan) -> str:
     with ``files`` excluded): the first part the plan hash reads."""
     head = _head_dump(plan)
     head["files"] = []
-    return PlanDocument.model_validate(head).model_dump_json(exclude={"files"})
+    return plan_document().model_validate(head).model_dump_json(exclude={"files"})
 
 
 def plan_compact_json(plan: Plan) -> str:
@@ -382,26 +386,24 @@ def plan_json_text(plan: Plan) -> str:
 
 # -- reading ------------------------------------------------------------------------------------
 
-_RECORD_OF = {doc: record for record, doc in DOCUMENTS.items()}
-
-
-def _to_record(value: Any) -> Any:
+def _to_record(value: Any, record_of: Mapping[type, type]) -> Any:
     """A validated document value as the records hold it (documents -> records, recursively)."""
-    record = _RECORD_OF.get(type(value))
+    record = record_of.get(type(value))
     if record is not None:
-        fields = {name: _to_record(getattr(value, name)) for name in type(value).model_fields}
+        fields = {n: _to_record(getattr(value, n), record_of) for n in type(value).model_fields}
         return record(**fields)
     if isinstance(value, list):
-        return [_to_record(v) for v in value]
+        return [_to_record(v, record_of) for v in value]
     return value
 
 
 def plan_load(data: Any) -> Plan:
     """A plan from its JSON document (plain data, or the text), validated by ``PlanDocument``."""
+    document = plan_document()
     if isinstance(data, (str, bytes)):
-        doc = PlanDocument.model_validate_json(data)
+        doc = document.model_validate_json(data)
     else:
-        doc = PlanDocument.model_validate(data)
-    plan = _to_record(doc)
+        doc = document.model_validate(data)
+    plan = _to_record(doc, {model: record for record, model in document_models().items()})
     assert isinstance(plan, Plan)
     return plan

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from checkpoint_tool.errors import InputError, UsageError, first_few
 from checkpoint_tool.plan.inputs import layer_of
 from checkpoint_tool.plan.layouts.planned_index import PlannedIndex
+from checkpoint_tool.plan.layouts.vllm_linear import linear_params
 from checkpoint_tool.plan.layouts.vllm_moe import moe_params
 from checkpoint_tool.plan.layouts.vllm_params import Param, ParamBuilder
 from checkpoint_tool.plan.model import DroppedTensor, OutputFile, output_nbytes
@@ -99,7 +100,7 @@ def build_files(ctx: PlanInputs, planned: Planned) -> list[OutputFile]:
     for site in inst.params:
         params += builder.params(site)
     for linear in inst.linears:
-        params += builder.linear(linear)
+        params += linear_params(builder, linear)
     facts = {layer.layer: layer for layer in ctx.facts.moe_layers}
     for moe in inst.moes:
         if moe.layer not in facts:
