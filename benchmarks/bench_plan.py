@@ -94,9 +94,10 @@ def tiny(work: Path, layers: int) -> Path:
     return dst
 
 
-def convert_memory(work: Path, roots: list[Path]) -> list[float]:
+def convert_memory(work: Path, roots: list[Path], repeat: int) -> list[float]:
     """Peak RSS of convert (and of reading the headers) at two tensor counts, per root: the
-    growth per extra tensor (bytes) of each."""
+    growth per extra tensor (bytes) of each. Each figure is the smallest of ``repeat`` runs
+    (the roots taking turns): a difference of two peaks is noisy, and noise only adds."""
     import json
     import shutil
 
@@ -111,11 +112,16 @@ def convert_memory(work: Path, roots: list[Path]) -> list[float]:
         # fixed buffers and files of ~800 tensors (as a real model's 5 GB shards hold): what
         # grows is the per-tensor metadata (catalog, plan), not the executor's buffers
         cmd += ["--tp", "1", "--no-progress", "--memory-budget", "16MB", "--max-shard-size", "5MB"]
-        for k, root in enumerate(roots):
-            shutil.rmtree(out, ignore_errors=True)
-            _, rss = run(cmd, root)
-            _, floor = run([sys.executable, "-c", FLOOR, str(src)], root)
-            shutil.rmtree(out, ignore_errors=True)
+        peaks: list[list[tuple[int, int]]] = [[] for _ in roots]
+        for _ in range(repeat):
+            for k, root in enumerate(roots):
+                shutil.rmtree(out, ignore_errors=True)
+                _, rss = run(cmd, root)
+                _, floor = run([sys.executable, "-c", FLOOR, str(src)], root)
+                shutil.rmtree(out, ignore_errors=True)
+                peaks[k].append((rss, floor))
+        for k in range(len(roots)):
+            rss, floor = min(r for r, _ in peaks[k]), min(f for _, f in peaks[k])
             rows[k].append((rss, floor))
             print(
                 f"  {_label(k)} {counts[-1]:6d} tensors: convert {rss / 2**20:6.1f} MiB, "
@@ -219,7 +225,7 @@ def main() -> None:
         if args.stages:
             stages(src, tp)
     if not args.no_convert:
-        growth = convert_memory(args.work.parent / "ckpt-bench-tiny", roots)
+        growth = convert_memory(args.work.parent / "ckpt-bench-tiny", roots, args.repeat)
         if len(growth) == 2:
             print(f"  ratio to baseline, convert memory per tensor: {growth[0] / growth[1]:.2f}x")
 

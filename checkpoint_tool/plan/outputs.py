@@ -46,6 +46,8 @@ from checkpoint_tool.plan.kinds import (
 from checkpoint_tool.plan.model import DroppedTensor, OutputTensor
 from checkpoint_tool.plan.pieces import Placement
 from checkpoint_tool.quant.resolve import ResolvedTensor, split_tensor_name
+from checkpoint_tool.quant.scheme import Scheme
+from checkpoint_tool.quant.storage import StorageFormat
 from checkpoint_tool.recipes import Renamed
 
 
@@ -194,6 +196,10 @@ class _Cutter:
         self.tensors = inputs.catalog.tensors
         self.resolved = inputs.resolved.tensors
         self.cache: PlacementCache = {}
+        #: the last weight scheme seen and its codec: the experts of a layer share one Scheme
+        #: object (the resolver's cache), so consecutive tensors skip the codec lookup
+        self.scheme: Scheme | None = None
+        self.codec: StorageFormat | None = None
         self.logical: dict[tuple, tuple[int, ...]] = {}
         self._whole: dict[tuple[int, int], list[tuple[int, int]]] = {}
 
@@ -223,7 +229,9 @@ class _Cutter:
             )
         w_entry = self.tensors[weight]
         scheme = self.resolved[weight].scheme
-        codec = self.inputs.codec(scheme)
+        if scheme is not self.scheme or self.codec is None:
+            self.scheme, self.codec = scheme, self.inputs.codec(scheme)
+        codec = self.codec
         key = (codec, w_entry.dtype, w_entry.shape)
         logical = self.logical.get(key)
         if logical is None:
