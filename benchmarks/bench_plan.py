@@ -9,8 +9,8 @@ user runs them), each ``--repeat`` times:
 - ``ckpt plan SRC --tp 8 --format json > /dev/null`` (renames, no padding) and ``--tp 3``
   (every expert tensor padded 2048 -> 2304 through the codecs).
 
-Prints the fastest wall time of each, the peak RSS, the ratio of plan to floor, and the
-targets (< 3 s wall, < 400 MB peak). ``--stages`` adds an in-process breakdown (CPU seconds per
+Prints the fastest wall time of each, the least CPU time, the peak RSS, the ratio of plan to
+floor, and the targets (< 3 s wall, < 400 MB peak). ``--stages`` adds an in-process breakdown (CPU seconds per
 planning step). The machine may be shared: the ratio is the steadier figure.
 
 ``--baseline DIR`` measures another checkout of ckpt (e.g. a worktree of the main branch) in the
@@ -58,29 +58,40 @@ def build_r1(dst: Path) -> Path:
 
 
 def run(cmd: list[str], root: Path = ROOT) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of ``cmd`` with the ckpt of ``root`` first on the path,
-    stdout to /dev/null, measured by ``/usr/bin/time`` (a small parent: a child forked from this
-    process would inherit its resident size as its high-water mark)."""
+    """Wall seconds and peak RSS (bytes) of ``cmd`` with the ckpt of ``root`` first on the path
+    (``timed`` without the CPU seconds)."""
+    wall, rss, _ = timed(cmd, root)
+    return wall, rss
+
+
+def timed(cmd: list[str], root: Path = ROOT) -> tuple[float, int, float]:
+    """Wall seconds, peak RSS (bytes) and CPU seconds (user + system) of ``cmd`` with the ckpt
+    of ``root`` first on the path, stdout to /dev/null, measured by ``/usr/bin/time`` (a small
+    parent: a child forked from this process would inherit its resident size as its
+    high-water mark)."""
     env = {**os.environ, "PYTHONPATH": str(root)}
     with tempfile.NamedTemporaryFile("r") as stats, open(os.devnull, "wb") as null:
         subprocess.run(
-            ["/usr/bin/time", "-o", stats.name, "-f", "%e %M", *cmd],
+            ["/usr/bin/time", "-o", stats.name, "-f", "%e %M %U %S", *cmd],
             stdout=null,
             env=env,
             check=True,
         )
-        wall, kib = stats.read().split()[-2:]
-    return float(wall), int(kib) * 1024
+        wall, kib, user, system = stats.read().split()[-4:]
+    return float(wall), int(kib) * 1024, float(user) + float(system)
 
 
-def best(cmd: list[str], repeat: int, roots: list[Path]) -> list[tuple[float, int]]:
-    """Fastest wall and largest peak RSS of ``cmd`` for each of ``roots``, the roots taking
-    turns run by run (a paired measurement: a slow moment of a shared machine hits both)."""
-    runs: list[list[tuple[float, int]]] = [[] for _ in roots]
+def best(cmd: list[str], repeat: int, roots: list[Path]) -> list[tuple[float, int, float]]:
+    """Fastest wall, largest peak RSS and least CPU time of ``cmd`` for each of ``roots``, the
+    roots taking turns run by run (a paired measurement: a slow moment of a shared machine hits
+    both; CPU time is the steadier figure there)."""
+    runs: list[list[tuple[float, int, float]]] = [[] for _ in roots]
     for _ in range(repeat):
         for k, root in enumerate(roots):
-            runs[k].append(run(cmd, root))
-    return [(min(w for w, _ in r), max(m for _, m in r)) for r in runs]
+            runs[k].append(timed(cmd, root))
+    return [
+        (min(w for w, _, _ in r), max(m for _, m, _ in r), min(c for _, _, c in r)) for r in runs
+    ]
 
 
 def tiny(work: Path, layers: int) -> Path:
@@ -201,26 +212,27 @@ def main() -> None:
     if args.baseline is not None:
         print(f"baseline: {args.baseline} (runs alternate with this checkout's)")
     floors = best([py, "-c", FLOOR, str(src)], args.repeat, roots)
-    for k, (floor, floor_rss) in enumerate(floors):
+    for k, (floor, floor_rss, floor_cpu) in enumerate(floors):
         print(
             f"  {_label(k)} floor: read every header          {floor:6.2f} s wall  "
-            f"{floor_rss / 1e6:6.0f} MB peak"
+            f"{floor_rss / 1e6:6.0f} MB peak  {floor_cpu:5.2f} s cpu"
         )
     for tp in args.tp or [8, 3]:
         cmd = [py, "-m", "checkpoint_tool", "plan", str(src), "--tp", str(tp), "--format", "json"]
         figures = best(cmd, args.repeat, roots)
-        for k, (wall, rss) in enumerate(figures):
+        for k, (wall, rss, cpu) in enumerate(figures):
             floor = floors[k][0]
             print(
                 f"  {_label(k)} ckpt plan --tp {tp} --format json    {wall:6.2f} s wall  "
-                f"{rss / 1e6:6.0f} MB peak  = {wall / floor:.1f}x the floor"
+                f"{rss / 1e6:6.0f} MB peak  {cpu:5.2f} s cpu  = {wall / floor:.1f}x the floor"
                 f"  (targets < 3 s: {'met' if wall < 3 else 'NOT met'}, "
                 f"< 400 MB: {'met' if rss < 400e6 else 'NOT met'})"
             )
         if len(figures) == 2:
-            (w0, r0), (w1, r1) = figures
+            (w0, r0, c0), (w1, r1, c1) = figures
             print(
-                f"  ratio to baseline, plan --tp {tp}: wall {w0 / w1:.2f}x, peak RSS {r0 / r1:.2f}x"
+                f"  ratio to baseline, plan --tp {tp}: wall {w0 / w1:.2f}x, cpu {c0 / c1:.2f}x, "
+                f"peak RSS {r0 / r1:.2f}x"
             )
         if args.stages:
             stages(src, tp)

@@ -1,9 +1,9 @@
 """A plan's JSON, both ways: free functions over the plan records of ``plan.model``.
 
 The document schema (``document_models()``: ``PlanDocument``, ``OutputFileDocument``, ...) is
-generated from those records: same field names, order and defaults, each record type replaced by its document model
-(named tuples become objects, sequences lists). It validates what is read back
-(``plan_load``). Writing does not build it: a full-size plan has ~92k tensors, so the writers
+generated from those records: same field names, order and defaults, each record type replaced
+by its document model (named tuples become objects, sequences lists). It validates what is read
+back (``plan_load``). Writing does not build it: a full-size plan has ~92k tensors, so the writers
 are string templates, each equal to what pydantic + ``json`` write for the document (a test
 holds them to it):
 
