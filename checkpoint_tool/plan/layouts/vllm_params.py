@@ -20,7 +20,7 @@ import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,7 +30,7 @@ from checkpoint_tool.plan.layouts.narrow import narrow, pieces_shape
 from checkpoint_tool.plan.model import OutputTensor, Pad, Piece
 from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.quant.storage import StorageFormat
-from checkpoint_tool.targets.instance import BufferSite, ParamSite, VocabSite
+from checkpoint_tool.targets.instance import BufferSite, LinearSite, MoeSite, ParamSite, VocabSite
 from checkpoint_tool.targets.shapes import (
     ROLE_BY_SUFFIX,
     vocab_shape,
@@ -80,7 +80,7 @@ class ParamBuilder:
         params: Sequence[str],
         key_of: Callable[[str], str],
         scheme: Scheme,
-        site: Any,
+        site: LinearSite | MoeSite,
         what: str,
     ) -> None:
         """``module`` has a tensor for each parameter vLLM registers (``params``; ``key_of``
