@@ -39,6 +39,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 # the engine tier: tests/vllm load ckpt's outputs in vLLM (skipped by `make test` without it)
@@ -47,6 +48,7 @@ test-vllm: $(VLLM_STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .hypothesis

@@ -81,8 +81,9 @@ def inspect_once(src: Path, tp: int) -> dict[str, float]:
     from checkpoint_tool.catalog import open_catalog
     from checkpoint_tool.catalog.bulk import gc_paused
     from checkpoint_tool.cli.output import to_json
-    from checkpoint_tool.policy import build_policy
-    from checkpoint_tool.policy.engine import build_engine_report
+    from checkpoint_tool.policy import decide_policy
+    from checkpoint_tool.policy.build import render_policy
+    from checkpoint_tool.policy.engine.build import build_engine_report
     from checkpoint_tool.quant.resolve import resolve_catalog
 
     marks = {"start": time.perf_counter()}
@@ -95,10 +96,11 @@ def inspect_once(src: Path, tp: int) -> dict[str, float]:
         marks["catalog"], cpu["catalog"] = time.perf_counter(), time.process_time()
         rc = resolve_catalog(cat)
         marks["resolve"], cpu["resolve"] = time.perf_counter(), time.process_time()
-        report = build_policy(cat, tp=tp, resolved=rc)
+        decision = decide_policy(cat, tp=tp, resolved=rc)
+        report = render_policy(decision, cat)
         marks["policy"], cpu["policy"] = time.perf_counter(), time.process_time()
     # the engine section ``ckpt inspect`` adds by default, as the CLI builds it
-    engine = build_engine_report(cat, report, None, tp, None, False, False, None)
+    engine = build_engine_report(cat, decision, None, tp, None, False, False, None)
     report = report.model_copy(update={"engine": engine})
     marks["engine"], cpu["engine"] = time.perf_counter(), time.process_time()
     text = to_json(report)

@@ -9,9 +9,13 @@ user runs them), each ``--repeat`` times:
 - ``ckpt plan SRC --tp 8 --format json > /dev/null`` (renames, no padding) and ``--tp 3``
   (every expert tensor padded 2048 -> 2304 through the codecs).
 
-Prints the fastest wall time of each, the peak RSS (``wait4``), the ratio of plan to floor, and
-the issue-17 targets (< 3 s wall, < 400 MB peak). ``--stages`` adds an in-process breakdown
-(CPU seconds per planning step). The machine may be shared: the ratio is the steadier figure.
+Prints the fastest wall time of each, the least CPU time, the peak RSS, the ratio of plan to
+floor, and the targets (< 3 s wall, < 400 MB peak). ``--stages`` adds an in-process breakdown (CPU seconds per
+planning step). The machine may be shared: the ratio is the steadier figure.
+
+``--baseline DIR`` measures another checkout of ckpt (e.g. a worktree of the main branch) in the
+same run: every command alternates between the two, and each figure is printed with its ratio
+to the baseline's (a change keeps the speed when the ratios stay near 1).
 
 Then how convert's peak memory grows with the tensor count (target: < 0.5 KiB per tensor):
 two tiny-data ``deepseek-v3-bf16`` checkpoints, 4 and 16 layers of 256 experts (~3k and ~12k
@@ -21,8 +25,9 @@ between the two, per extra tensor, is printed side by side.
 
 Usage::
 
-    .venv/bin/python benchmarks/bench_plan.py                     # builds /tmp/ckpt-bench-r1
+    .venv/bin/python benchmarks/bench_plan.py                     # builds $TMPDIR/ckpt-bench-r1
     .venv/bin/python benchmarks/bench_plan.py --src /models/DeepSeek-R1 --tp 8 --stages
+    .venv/bin/python benchmarks/bench_plan.py --baseline ../ckpt-main   # paired, with ratios
 """
 
 from __future__ import annotations
@@ -52,25 +57,41 @@ def build_r1(dst: Path) -> Path:
     return dst
 
 
-def run(cmd: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of ``cmd``, stdout to /dev/null, measured by
-    ``/usr/bin/time`` (a small parent: a child forked from this process would inherit its
-    resident size as its high-water mark)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run(cmd: list[str], root: Path = ROOT) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of ``cmd`` with the ckpt of ``root`` first on the path
+    (``timed`` without the CPU seconds)."""
+    wall, rss, _ = timed(cmd, root)
+    return wall, rss
+
+
+def timed(cmd: list[str], root: Path = ROOT) -> tuple[float, int, float]:
+    """Wall seconds, peak RSS (bytes) and CPU seconds (user + system) of ``cmd`` with the ckpt
+    of ``root`` first on the path, stdout to /dev/null, measured by ``/usr/bin/time`` (a small
+    parent: a child forked from this process would inherit its resident size as its
+    high-water mark)."""
+    env = {**os.environ, "PYTHONPATH": str(root)}
     with tempfile.NamedTemporaryFile("r") as stats, open(os.devnull, "wb") as null:
         subprocess.run(
-            ["/usr/bin/time", "-o", stats.name, "-f", "%e %M", *cmd],
+            ["/usr/bin/time", "-o", stats.name, "-f", "%e %M %U %S", *cmd],
             stdout=null,
             env=env,
             check=True,
         )
-        wall, kib = stats.read().split()[-2:]
-    return float(wall), int(kib) * 1024
+        wall, kib, user, system = stats.read().split()[-4:]
+    return float(wall), int(kib) * 1024, float(user) + float(system)
 
 
-def best(cmd: list[str], repeat: int) -> tuple[float, int]:
-    runs = [run(cmd) for _ in range(repeat)]
-    return min(w for w, _ in runs), max(r for _, r in runs)
+def best(cmd: list[str], repeat: int, roots: list[Path]) -> list[tuple[float, int, float]]:
+    """Fastest wall, largest peak RSS and least CPU time of ``cmd`` for each of ``roots``, the
+    roots taking turns run by run (a paired measurement: a slow moment of a shared machine hits
+    both; CPU time is the steadier figure there)."""
+    runs: list[list[tuple[float, int, float]]] = [[] for _ in roots]
+    for _ in range(repeat):
+        for k, root in enumerate(roots):
+            runs[k].append(timed(cmd, root))
+    return [
+        (min(w for w, _, _ in r), max(m for _, m, _ in r), min(c for _, _, c in r)) for r in runs
+    ]
 
 
 def tiny(work: Path, layers: int) -> Path:
@@ -84,35 +105,54 @@ def tiny(work: Path, layers: int) -> Path:
     return dst
 
 
-def convert_memory(work: Path) -> None:
-    """Peak RSS of convert (and of reading the headers) at two tensor counts."""
+def convert_memory(work: Path, roots: list[Path], repeat: int) -> list[float]:
+    """Peak RSS of convert (and of reading the headers) at two tensor counts, per root: the
+    growth per extra tensor (bytes) of each. Each figure is the smallest of ``repeat`` runs
+    (the roots taking turns): a difference of two peaks is noisy, and noise only adds."""
     import json
     import shutil
 
     print("convert peak RSS vs tensor count (tiny tensors: the bytes stay small)")
-    rows = []
+    counts = []
+    rows: list[list[tuple[int, int]]] = [[] for _ in roots]
     for layers in (4, 16):
         src = tiny(work, layers)
-        count = len(json.loads((src / "model.safetensors.index.json").read_text())["weight_map"])
+        counts.append(len(json.loads((src / "model.safetensors.index.json").read_text())["weight_map"]))
         out = work / "tiny-out"
-        shutil.rmtree(out, ignore_errors=True)
         cmd = [sys.executable, "-m", "checkpoint_tool", "convert", str(src), str(out)]
         # fixed buffers and files of ~800 tensors (as a real model's 5 GB shards hold): what
         # grows is the per-tensor metadata (catalog, plan), not the executor's buffers
-        _, rss = run([*cmd, "--tp", "1", "--no-progress", "--memory-budget", "16MB",
-                      "--max-shard-size", "5MB"])  # fmt: skip
-        _, floor = run([sys.executable, "-c", FLOOR, str(src)])
-        shutil.rmtree(out, ignore_errors=True)
-        rows.append((count, rss, floor))
+        cmd += ["--tp", "1", "--no-progress", "--memory-budget", "16MB", "--max-shard-size", "5MB"]
+        peaks: list[list[tuple[int, int]]] = [[] for _ in roots]
+        for _ in range(repeat):
+            for k, root in enumerate(roots):
+                shutil.rmtree(out, ignore_errors=True)
+                _, rss = run(cmd, root)
+                _, floor = run([sys.executable, "-c", FLOOR, str(src)], root)
+                shutil.rmtree(out, ignore_errors=True)
+                peaks[k].append((rss, floor))
+        for k in range(len(roots)):
+            rss, floor = min(r for r, _ in peaks[k]), min(f for _, f in peaks[k])
+            rows[k].append((rss, floor))
+            print(
+                f"  {_label(k)} {counts[-1]:6d} tensors: convert {rss / 2**20:6.1f} MiB, "
+                f"headers {floor / 2**20:6.1f} MiB"
+            )
+    n0, n1 = counts
+    growth = []
+    for k, ((c0, f0), (c1, f1)) in enumerate(rows):
+        per = (c1 - c0) / (n1 - n0)
+        growth.append(per)
         print(
-            f"  {count:6d} tensors: convert {rss / 2**20:6.1f} MiB, headers {floor / 2**20:6.1f} MiB"
+            f"  {_label(k)} per extra tensor: convert {per / 1024:.2f} KiB, headers alone "
+            f"{(f1 - f0) / (n1 - n0) / 1024:.2f} KiB "
+            f"(target < 0.5 KiB: {'met' if per < 512 else 'NOT met'})"
         )
-    (n0, c0, f0), (n1, c1, f1) = rows
-    per = (c1 - c0) / (n1 - n0)
-    print(
-        f"  per extra tensor: convert {per / 1024:.2f} KiB, headers alone "
-        f"{(f1 - f0) / (n1 - n0) / 1024:.2f} KiB (target < 0.5 KiB: {'met' if per < 512 else 'NOT met'})"
-    )
+    return growth
+
+
+def _label(k: int) -> str:
+    return "this    " if k == 0 else "baseline"
 
 
 def stages(src: Path, tp: int) -> None:
@@ -122,7 +162,7 @@ def stages(src: Path, tp: int) -> None:
     from checkpoint_tool.plan.layouts import get_layout
     from checkpoint_tool.plan.model import PlanOptions
     from checkpoint_tool.plan.outputs import plan_outputs
-    from checkpoint_tool.plan.summary import plan_summary
+    from checkpoint_tool.plan.summarize import plan_summary
     from checkpoint_tool.policy import decide_policy
     from checkpoint_tool.recipes import auto_recipe
 
@@ -155,33 +195,51 @@ def stages(src: Path, tp: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--src", type=Path, default=None, help="checkpoint (default: build R1 layout)")
-    ap.add_argument("--work", type=Path, default=Path("/tmp/ckpt-bench-r1"))
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "ckpt-bench-r1")
     ap.add_argument("--tp", type=int, action="append", help="TP sizes to plan (default 8 and 3)")
     ap.add_argument("--repeat", type=int, default=3, help="runs per command (fastest counts)")
     ap.add_argument("--stages", action="store_true", help="also time each planning step")
     ap.add_argument("--no-convert", action="store_true", help="skip the convert memory part")
+    ap.add_argument(
+        "--baseline", type=Path, default=None, help="another ckpt checkout, measured in turn"
+    )
     args = ap.parse_args()
 
     src = args.src or build_r1(args.work)
+    roots = [ROOT] if args.baseline is None else [ROOT, args.baseline.resolve()]
     py = sys.executable
     print(f"source: {src}; load {os.getloadavg()[0]:.1f}")
-    floor, floor_rss = best([py, "-c", FLOOR, str(src)], args.repeat)
-    print(
-        f"  floor: read every header          {floor:6.2f} s wall  {floor_rss / 1e6:6.0f} MB peak"
-    )
+    if args.baseline is not None:
+        print(f"baseline: {args.baseline} (runs alternate with this checkout's)")
+    floors = best([py, "-c", FLOOR, str(src)], args.repeat, roots)
+    for k, (floor, floor_rss, floor_cpu) in enumerate(floors):
+        print(
+            f"  {_label(k)} floor: read every header          {floor:6.2f} s wall  "
+            f"{floor_rss / 1e6:6.0f} MB peak  {floor_cpu:5.2f} s cpu"
+        )
     for tp in args.tp or [8, 3]:
         cmd = [py, "-m", "checkpoint_tool", "plan", str(src), "--tp", str(tp), "--format", "json"]
-        wall, rss = best(cmd, args.repeat)
-        print(
-            f"  ckpt plan --tp {tp} --format json    {wall:6.2f} s wall  {rss / 1e6:6.0f} MB peak"
-            f"  = {wall / floor:.1f}x the floor"
-            f"  (targets < 3 s: {'met' if wall < 3 else 'NOT met'}, "
-            f"< 400 MB: {'met' if rss < 400e6 else 'NOT met'})"
-        )
+        figures = best(cmd, args.repeat, roots)
+        for k, (wall, rss, cpu) in enumerate(figures):
+            floor = floors[k][0]
+            print(
+                f"  {_label(k)} ckpt plan --tp {tp} --format json    {wall:6.2f} s wall  "
+                f"{rss / 1e6:6.0f} MB peak  {cpu:5.2f} s cpu  = {wall / floor:.1f}x the floor"
+                f"  (targets < 3 s: {'met' if wall < 3 else 'NOT met'}, "
+                f"< 400 MB: {'met' if rss < 400e6 else 'NOT met'})"
+            )
+        if len(figures) == 2:
+            (w0, r0, c0), (w1, r1, c1) = figures
+            print(
+                f"  ratio to baseline, plan --tp {tp}: wall {w0 / w1:.2f}x, cpu {c0 / c1:.2f}x, "
+                f"peak RSS {r0 / r1:.2f}x"
+            )
         if args.stages:
             stages(src, tp)
     if not args.no_convert:
-        convert_memory(args.work.parent / "ckpt-bench-tiny")
+        growth = convert_memory(args.work.parent / "ckpt-bench-tiny", roots, args.repeat)
+        if len(growth) == 2:
+            print(f"  ratio to baseline, convert memory per tensor: {growth[0] / growth[1]:.2f}x")
 
 
 if __name__ == "__main__":

@@ -30,22 +30,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "checkpoint_tool"
 PACKAGE = "checkpoint_tool"
 
-# The allow-lists name only what lies wholly inside the planning core (plan/, policy/,
-# validate/, quant/, targets/, model/), which is being untangled on its own; they are to be
-# emptied once it is. `test_allow_lists_only_name_the_core` keeps anything else out.
-CORE = ("plan", "policy", "validate", "quant", "targets", "model")
-#: rings as `package_cycles` reports them: (package, sorted children importing each other).
-#: A ring that shrinks (a subset of a listed one, at the same level) still passes.
-ALLOWED_CYCLES: set[tuple[str, tuple[str, ...]]] = {
-    # plan/model.py <-> plan/json_edge.py (lazy), model -> summary -> sharding -> model, ...
-    ("checkpoint_tool.plan", ("document", "json_edge", "model", "sharding", "summary")),
-    # policy/report.py -> policy/engine/model.py; policy/engine/render.py -> policy/report.py
-    ("checkpoint_tool.policy", ("engine", "report")),
-}
-#: cross-module uses of underscore names, as (importer, module.name)
-ALLOWED_PRIVATE: set[tuple[str, str]] = {
-    ("checkpoint_tool.validate.schemes", "checkpoint_tool.validate.completeness._skip_sharded"),
-}
 
 
 @dataclass(frozen=True)
@@ -273,31 +257,14 @@ def private_imports(
     return sorted(set(found))
 
 
-def _in_core(module: str) -> bool:
-    parts = module.split(".")
-    return len(parts) > 2 and parts[0] == PACKAGE and parts[1] in CORE
-
-
-def _allowed_cycle(level: str, members: tuple[str, ...]) -> bool:
-    return any(lv == level and set(members) <= set(ms) for lv, ms in ALLOWED_CYCLES)
-
-
 @pytest.fixture(scope="module")
 def graph() -> tuple[list[Import], dict[str, ast.AST]]:
     return collect()
 
 
-def test_allow_lists_only_name_the_core() -> None:
-    for level, members in ALLOWED_CYCLES:
-        prefix = f"{level}." if level else ""
-        assert all(_in_core(f"{prefix}{m}.x") for m in members), (level, members)
-    for importer, name in ALLOWED_PRIVATE:
-        assert _in_core(importer) and _in_core(name), (importer, name)
-
-
 def test_no_import_cycle(graph: tuple[list[Import], dict[str, ast.AST]]) -> None:
     imports, _ = graph
-    found = [c for c in package_cycles(imports) if not _allowed_cycle(*c)]
+    found = package_cycles(imports)
     report = [
         f"{level or '(top)'}: {' <-> '.join(members)}\n"
         + "\n".join(witness(imports, level, members))
@@ -311,7 +278,6 @@ def test_no_private_import_across_modules(graph: tuple[list[Import], dict[str, a
     found = [
         f"{importer}:{line} uses {name}"
         for importer, name, line in private_imports(imports, trees)
-        if (importer, name) not in ALLOWED_PRIVATE
     ]
     assert not found, "private names used across modules:\n" + "\n".join(found)
 

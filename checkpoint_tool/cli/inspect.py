@@ -61,12 +61,11 @@ def register(app: typer.Typer) -> None:
         # the policy code is imported while a forked child parses headers (~0.2 s)
         with opened(src, meanwhile=_import_policy) as catalog:
             from checkpoint_tool.forked import spread_map
-            from checkpoint_tool.policy import build_policy
+            from checkpoint_tool.policy import decide_policy
+            from checkpoint_tool.policy.build import render_policy
 
-            # the scheme findings of ~46k modules: half in a forked child (two cores)
-            report = build_policy(
+            decision = decide_policy(
                 catalog,
-                spread=spread_map,
                 tp=tp,
                 ep=ep,
                 eplb=eplb,
@@ -74,11 +73,13 @@ def register(app: typer.Typer) -> None:
                 fse=fse,
                 target=target,
             )
+            # the scheme findings of ~46k modules: half in a forked child (two cores)
+            report = render_policy(decision, catalog, spread=spread_map)
         # engine section: what the target engine does with this checkpoint
-        from checkpoint_tool.policy.engine import build_engine_report
-        from checkpoint_tool.policy.engine.render import with_engine
+        from checkpoint_tool.policy.engine.build import build_engine_report
+        from checkpoint_tool.policy.report import with_engine
 
-        engine = build_engine_report(catalog, report, target, tp, moe_backend, ep, eplb, all2all)
+        engine = build_engine_report(catalog, decision, target, tp, moe_backend, ep, eplb, all2all)
         report = with_engine(report, engine)
 
         def human(r: Any, console: Any) -> None:

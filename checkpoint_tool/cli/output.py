@@ -18,22 +18,22 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+from pydantic import BaseModel
+from typing_extensions import TypeIs
 
 from checkpoint_tool.errors import UsageError
 
 if TYPE_CHECKING:  # imported when a human report is drawn (json output never needs rich)
     from rich.console import Console
 
-
-class Report(Protocol):
-    """What ``emit`` prints: a pydantic report, or the plan (which writes its own JSON)."""
-
-    def model_dump(self, *, mode: str = ...) -> dict[str, Any]: ...
+    from checkpoint_tool.plan.model import Plan
 
 
-#: the report a command hands to ``emit``; its renderers take that same type
-R = TypeVar("R", bound=Report)
+#: the report a command hands to ``emit`` (a pydantic report, or the plan, which has its own
+#: JSON writer); its renderers take that same type
+R = TypeVar("R", bound="BaseModel | Plan")
 
 #: every format ``emit`` draws; a command offers the ones it has renderers for
 OutputFormat = Literal["human", "json", "markdown", "junit", "html"]
@@ -56,12 +56,13 @@ def stderr_console() -> Console:
     return Console(stderr=True)
 
 
-def to_json(report: Report) -> str:
-    """Sorted keys, indent 2. A report with its own writer for that spelling (``json_text``:
-    the plan, ~60 MB for a full-size model) writes itself."""
-    own = getattr(report, "json_text", None)
-    if own is not None:
-        return own()  # type: ignore[no-any-return]
+def to_json(report: BaseModel | Plan) -> str:
+    """Sorted keys, indent 2. The plan (~60 MB for a full-size model) has its own writer for
+    that spelling (``plan.serialize``)."""
+    if _is_plan(report):
+        from checkpoint_tool.plan.serialize import plan_json_text
+
+        return plan_json_text(report)
     return json.dumps(report.model_dump(mode="json"), indent=2, sort_keys=True)
 
 
@@ -86,12 +87,21 @@ def emit(
         if html is None:
             raise UsageError("--format html: this command draws no HTML; use json or human")
         _write_utf8(html(report))  # the page declares charset utf-8, whatever the locale
-    elif hasattr(report, "json_chunks"):  # the plan: written piece by piece, never joined
-        for chunk in report.json_chunks():
+    elif _is_plan(report):  # the plan: written piece by piece, never joined
+        from checkpoint_tool.plan.serialize import plan_json_chunks
+
+        for chunk in plan_json_chunks(report):
             sys.stdout.write(chunk)
         sys.stdout.write("\n")
     else:
         sys.stdout.write(to_json(report) + "\n")
+
+
+def _is_plan(report: object) -> TypeIs[Plan]:
+    """Is ``report`` a plan (imported here: most commands never write one)?"""
+    from checkpoint_tool.plan.model import Plan
+
+    return isinstance(report, Plan)
 
 
 def _write_utf8(text: str) -> None:

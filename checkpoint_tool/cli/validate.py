@@ -197,9 +197,10 @@ def _policy_for_map(path: str, expect_policy: Path | None, target: str | None) -
     (``--target``, else config.json's ``ckpt.target`` / ``ckpt.tp``), or ``--expect-policy``'s."""
     from checkpoint_tool.catalog import open_catalog
     from checkpoint_tool.forked import spread_map
-    from checkpoint_tool.policy import build_policy
-    from checkpoint_tool.policy.engine import build_engine_report
-    from checkpoint_tool.policy.engine.render import with_engine
+    from checkpoint_tool.policy import decide_policy
+    from checkpoint_tool.policy.build import render_policy
+    from checkpoint_tool.policy.engine.build import build_engine_report
+    from checkpoint_tool.policy.report import with_engine
     from checkpoint_tool.validate.drift import load_expected_policy
 
     catalog = open_catalog(path, headers_only=True)
@@ -213,8 +214,9 @@ def _policy_for_map(path: str, expect_policy: Path | None, target: str | None) -
         e = load_expected_policy(expect_policy)
         opts = {"tp": e.tp, "ep": e.ep, "eplb": e.eplb, "all2all": e.all2all, "fse": e.fse_mode}
         target = e.target or target  # as the drift rule rebuilds it
-    report = build_policy(catalog, spread=spread_map, **opts, target=target)
+    decision = decide_policy(catalog, **opts, target=target)
+    report = render_policy(decision, catalog, spread=spread_map)
     engine = build_engine_report(
-        catalog, report, target, opts["tp"], None, opts["ep"], opts["eplb"], opts["all2all"]
+        catalog, decision, target, opts["tp"], None, opts["ep"], opts["eplb"], opts["all2all"]
     )
     return with_engine(report, engine)

@@ -20,8 +20,6 @@ Example (abridged)::
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
 from pathlib import Path
 from typing import TypeVar
@@ -30,7 +28,8 @@ from pydantic import BaseModel, Field, ValidationError
 
 from checkpoint_tool.errors import OutputError
 from checkpoint_tool.execute.writer import write_bytes_atomic
-from checkpoint_tool.plan.model import DroppedTensor, Plan, PlanOptions
+from checkpoint_tool.plan.model import DroppedTensor, PlanOptions
+from checkpoint_tool.plan.serialize import plan_sha256 as plan_sha256  # the plan's fingerprint
 
 MANIFEST_NAME = "ckpt-manifest.json"
 JOURNAL_NAME = ".ckpt-journal.json"
@@ -86,22 +85,6 @@ class Journal(BaseModel):
     plan_sha256: str
     planned: list[str]
     done: dict[str, FileRecord] = Field(default_factory=dict)
-
-
-def plan_sha256(plan: Plan) -> str:
-    """A stable fingerprint of everything the plan asks for.
-
-    Hashed file by file (a 100k-tensor plan never exists as one JSON string in memory): the
-    plan without its files, then each file's JSON, each prefixed by its length.
-    """
-    h = hashlib.sha256()
-    parts = itertools.chain(
-        [plan.model_dump_json(exclude={"files"})], (f.model_dump_json() for f in plan.files)
-    )
-    for data in parts:
-        raw = data.encode()
-        h.update(len(raw).to_bytes(8, "little") + raw)
-    return h.hexdigest()
 
 
 def manifest_bytes(manifest: Manifest) -> bytes:

@@ -63,7 +63,7 @@ def text_config(config: dict[str, Any]) -> dict[str, Any]:
     """The language-model part of a config: ``text_config`` for multimodal wrappers
     (Qwen3.5-MoE), the config itself otherwise."""
     inner = config.get("text_config")
-    return inner if _is_language_config(inner) else config
+    return inner if isinstance(inner, dict) and _is_language_config(inner) else config
 
 
 def config_parts(config: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:

@@ -28,7 +28,7 @@ def model_facts(
     infers MoE layers from the names (and ``tensor_shapes`` for sizes)."""
     names: Collection[str] | None
     if tensor_names is None or isinstance(tensor_names, (set, frozenset, dict)):
-        names = tensor_names  # type: ignore[assignment]
+        names = tensor_names
     else:
         names = set(tensor_names)
     family = family_of(config)

@@ -19,7 +19,7 @@ from collections.abc import Collection, Iterable
 from checkpoint_tool.model.facts import HF_PROJ_NAMES, W_PROJ_NAMES, ExpertNaming
 
 SHARED_NAMES = ("shared_experts", "shared_expert")
-_SPELLINGS = (HF_PROJ_NAMES, W_PROJ_NAMES)
+_SPELLINGS: tuple[dict[str, str], ...] = (HF_PROJ_NAMES, W_PROJ_NAMES)
 
 
 def detect_naming(prefix: str, names: Collection[str], default: ExpertNaming) -> ExpertNaming:
@@ -35,7 +35,9 @@ def detect_naming(prefix: str, names: Collection[str], default: ExpertNaming) ->
             fields.update(routed_layout="per_expert_gate_up", gate_up_name="gate_up_proj")
         elif f"{routed}.gate_up_proj" in names or f"{routed}.gate_up_proj.weight" in names:
             fields.update(routed_layout="fused_3d", gate_up_name="gate_up_proj")
-    spellings = [fields.get("proj_names", default.proj_names), *_SPELLINGS]
+    first = fields.get("proj_names", default.proj_names)
+    assert isinstance(first, dict)
+    spellings = [first, *_SPELLINGS]
     for shared in SHARED_NAMES:
         base = f"{prefix}.{shared}"
         layout = _shared_layout(base, names, spellings)

@@ -23,10 +23,13 @@ from checkpoint_tool.catalog.catalog import INDEX_NAME, Catalog
 from checkpoint_tool.plan.config_edit import check_schemes, edit_config, is_exact
 from checkpoint_tool.plan.inputs import PlanInputs, plan_inputs
 from checkpoint_tool.plan.layouts import get_layout
-from checkpoint_tool.plan.model import Plan, PlanOptions
+from checkpoint_tool.plan.model import OutputFile, Plan, PlanOptions
 from checkpoint_tool.plan.outputs import Planned, plan_outputs
-from checkpoint_tool.plan.summary import plan_summary
+from checkpoint_tool.plan.source_label import source_label
+from checkpoint_tool.plan.summarize import plan_summary
+from checkpoint_tool.policy import decide_policy
 from checkpoint_tool.policy.decision import PolicyDecision
+from checkpoint_tool.policy.engine.model import Target, load_rule_table
 from checkpoint_tool.recipes import Recipe, auto_recipe, load_recipe
 
 #: files of a previous ckpt run that must not be copied as side files
@@ -35,10 +38,16 @@ FSE_ENV = "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS"
 
 
 def build_plan(
-    catalog: Catalog, decision: PolicyDecision, recipe: Recipe, options: PlanOptions
+    catalog: Catalog,
+    decision: PolicyDecision,
+    recipe: Recipe,
+    options: PlanOptions,
+    *,
+    source: str,
 ) -> Plan:
     """The plan that converts ``catalog`` with ``recipe`` under ``options``; ``decision`` is
-    the policy decided for the same ``--tp``/``--fse`` (``policy.decide_policy``)."""
+    the policy decided for the same ``--tp``/``--fse`` (``policy.decide_policy``); ``source``
+    names the source in the plan and the written config (``plan.source_label``)."""
     inputs = plan_inputs(catalog, decision, recipe, options)
     planned = plan_outputs(inputs)
     files = get_layout(options.layout).build_files(inputs, planned)
@@ -47,7 +56,7 @@ def build_plan(
         catalog.config,
         geometry=inputs.geometry,
         module_renames=renames,
-        metadata=_metadata(inputs),
+        metadata=_metadata(inputs, source),
         exclude=_unfused_excludes(inputs, planned),
     )
     strict = (
@@ -65,7 +74,7 @@ def build_plan(
     notes = [*inputs.notes, *config_notes, *check_notes, *_engine_notes(inputs, fse_on)]
     return Plan(
         ckpt_version=__version__,
-        source=source_label(catalog),
+        source=source,
         source_revision=catalog.revision,
         recipe=recipe.name if not recipe.origin or recipe.origin == recipe.name else recipe.origin,
         options=options,
@@ -80,64 +89,17 @@ def build_plan(
     )
 
 
-def source_label(catalog: Catalog) -> str:
-    """How outputs name their source, the same on any machine (no local paths).
-
-    A hub source is ``hf://`` + its repo id, an S3 one its URL (the revision is recorded next to
-    it); a local one is
-    ``sha256:<hex>`` over config.json, hf_quant_config.json, the index and every shard's name
-    and header bytes (names, dtypes, shapes, offsets: cheap, ~KB per shard; ``--hash-source``
-    adds full data hashes to the manifest). Example: ``"sha256:9f2c...e1"`` or
-    ``"hf://deepseek-ai/DeepSeek-R1"`` or ``"s3://bucket/models/R1"``.
-    """
-    import hashlib
-    from pathlib import Path
-
-    cached = getattr(catalog, "_source_label", None)
-    if cached:
-        return cached
-    given = str(catalog.source or "")
-    if given.startswith("s3://"):  # bucket + prefix; the ETag digest is the revision
-        label = given
-    elif (
-        given and not Path(given).expanduser().exists()
-    ):  # a hub repo id, named as the CLI takes it
-        label = "hf://" + given.removeprefix("hf://").split("@", 1)[0]
-    else:
-        h = hashlib.sha256()
-
-        def feed(name: str, data: bytes) -> None:
-            raw = name.encode()
-            h.update(len(raw).to_bytes(8, "little") + raw + len(data).to_bytes(8, "little") + data)
-
-        for name in ("config.json", "hf_quant_config.json", INDEX_NAME):
-            path = catalog.root / name
-            if path.is_file():
-                feed(name, path.read_bytes())
-        for name in sorted(catalog.files):
-            with open(catalog.root / name, "rb") as f:
-                head = f.read(8)
-                size = int.from_bytes(head, "little") if len(head) == 8 else 0
-                feed(name, head + f.read(size))
-        label = f"sha256:{h.hexdigest()}"
-    try:
-        object.__setattr__(catalog, "_source_label", label)
-    except (AttributeError, TypeError):
-        pass
-    return label
-
-
 def plan_for_catalog(
     catalog: Catalog,
     options: PlanOptions,
     *,
     recipe: str | Recipe | None = None,
     ep: bool = False,
+    source: str | None = None,
 ) -> Plan:
-    """Pick the recipe (``auto_recipe`` unless given), decide the policy for ``options`` and
-    plan: what ``ckpt plan`` and ``ckpt convert`` run."""
-    from checkpoint_tool.policy import decide_policy
-
+    """Pick the recipe (``auto_recipe`` unless given), decide the policy for ``options``, name
+    the source (``source_label`` unless given) and plan: what ``ckpt plan`` and ``ckpt convert``
+    run."""
     if recipe is None:
         chosen = auto_recipe(catalog)
     elif isinstance(recipe, Recipe):
@@ -145,16 +107,17 @@ def plan_for_catalog(
     else:
         chosen = load_recipe(recipe)
     decision = decide_policy(catalog, tp=options.tp, ep=ep, fse=options.fse, target=options.target)
-    return build_plan(catalog, decision, chosen, options)
+    label = source if source is not None else source_label(catalog)
+    return build_plan(catalog, decision, chosen, options, source=label)
 
 
-def _metadata(inputs: PlanInputs) -> dict[str, Any]:
+def _metadata(inputs: PlanInputs, source: str) -> dict[str, Any]:
     """What ``config.json["ckpt"]`` records about the conversion."""
     geo = inputs.geometry
     o = inputs.options
     meta: dict[str, Any] = {
         "ckpt_version": __version__,
-        "source": source_label(inputs.catalog),
+        "source": source,
         "source_revision": inputs.catalog.revision,
         "recipe": inputs.recipe.name,
         "layout": o.layout,
@@ -180,7 +143,7 @@ def _metadata(inputs: PlanInputs) -> dict[str, Any]:
     return meta
 
 
-def _piece_provenance(files: list) -> dict[str, list[str]]:  # type: ignore[type-arg]
+def _piece_provenance(files: list[OutputFile]) -> dict[str, list[str]]:
     """source -> output names, read off the pieces (every rank cuts the same sources under
     the same names, so rank 0's files tell it all)."""
     out: dict[str, dict[str, None]] = {}
@@ -220,14 +183,12 @@ def _exact_entries(config: dict | None) -> set[str]:
     return out
 
 
-def target_of(options: PlanOptions) -> Any:
+def target_of(options: PlanOptions) -> Target:
     """The engine ``Target`` of ``options.target`` (None: the default target)."""
-    from checkpoint_tool.policy.engine.model import load_rule_table
-
     return load_rule_table().target(options.target)
 
 
-def serve_settings(target: Any, fse_on: list[int]) -> list[str]:
+def serve_settings(target: Target, fse_on: list[int]) -> list[str]:
     """Engine settings the output needs on ``target`` (empty: none), e.g.
     ``["VLLM_ROCM_USE_AITER=1", "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1"]``."""
     return list(target.env) if fse_on and target.fuses else []

@@ -32,10 +32,15 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from checkpoint_tool.model.config_fields import config_parts
 from checkpoint_tool.plan.geometry import SHARED_KEY, Geometry
+
+if TYPE_CHECKING:
+    from checkpoint_tool.catalog.catalog import Catalog
+    from checkpoint_tool.quant.resolve import ResolvedTensor
+    from checkpoint_tool.quant.scheme import Scheme
 
 #: quantization_config keys holding lists of module names (or patterns)
 _LIST_KEYS = ("exclude", "ignored_layers", "modules_to_not_convert", "exclude_modules")
@@ -131,7 +136,7 @@ def edit_config(
         return None, []
     out = copy.deepcopy(dict(config))
     notes: list[str] = []
-    if geometry.size is not None and geometry.padded != geometry.size:
+    if geometry.size is not None and geometry.padded is not None and geometry.padded != geometry.size:
         _set_key(out, "moe_intermediate_size", geometry.padded)
         notes.append(
             f"config.json: moe_intermediate_size {geometry.size} -> {geometry.padded} (padded "
@@ -160,13 +165,13 @@ def edit_config(
     return out, notes
 
 
-def _storage_key(scheme: Any) -> tuple:
+def _storage_key(scheme: Scheme) -> tuple:
     return scheme.storage_identity()
 
 
 def check_schemes(
-    catalog: Any,
-    resolved: Mapping[str, Any],
+    catalog: Catalog,
+    resolved: Mapping[str, ResolvedTensor],
     new_config: Mapping[str, Any] | None,
     provenance: Mapping[str, list[str]],
     renamed_modules: set[str],
@@ -185,8 +190,8 @@ def check_schemes(
     from checkpoint_tool.errors import InputError
     from checkpoint_tool.quant.resolve import load_quant_config, resolve_tensor
 
-    hf_quant = getattr(catalog, "hf_quant_config", None)
-    old_qc = load_quant_config(getattr(catalog, "config", None), hf_quant)
+    hf_quant = catalog.hf_quant_config
+    old_qc = load_quant_config(catalog.config, hf_quant)
     new_qc = load_quant_config(dict(new_config), hf_quant)
     differ: list[str] = []
     for name, src in resolved.items():

@@ -33,7 +33,7 @@ class ExpertPart(NamedTuple):
     layer: MoeLayerFacts
     kind: Literal["routed", "shared"]
     proj: PartProj
-    index: int | None = None
+    index: int | None = None  # type: ignore[assignment]  # the field shadows tuple.index
     fused_3d: bool = False
 
     @property

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from checkpoint_tool.errors import AlignmentError, UsageError
+from checkpoint_tool.model.facts import Proj
 from checkpoint_tool.plan.experts import ExpertPart
 
 
@@ -82,7 +83,7 @@ def chunks(name: str, suffix: str, part: ExpertPart, ndim: int) -> list[Chunk]:
 
 def _targets(
     part: ExpertPart, routed: str, ranges: list[tuple[int, int]], name: str
-) -> list[tuple[str, list[tuple[int, int]]]]:
+) -> list[tuple[Proj, list[tuple[int, int]]]]:
     """(routed proj, ranges) pairs: a shared gate_up goes to a fused routed gate_up, or is
     split into a gate and an up tensor when the routed experts store them apart."""
     if part.proj == "gate_up":
@@ -95,4 +96,5 @@ def _targets(
             "(gate_up_proj) but the shared expert stores them apart; ckpt cannot join two "
             "source tensors into one slot yet: convert with --fse off"
         )
+    assert part.proj != "gate_up"
     return [(part.proj, ranges)]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
 
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.errors import UsageError
@@ -26,8 +25,9 @@ from checkpoint_tool.plan.experts import ExpertPart, index_experts
 from checkpoint_tool.plan.geometry import Geometry, plan_geometry
 from checkpoint_tool.plan.model import PlanOptions
 from checkpoint_tool.policy.decision import PolicyDecision
+from checkpoint_tool.quant.resolve import ResolvedCatalog
 from checkpoint_tool.quant.scheme import Scheme
-from checkpoint_tool.quant.storage import get_storage_format
+from checkpoint_tool.quant.storage import StorageFormat, get_storage_format
 from checkpoint_tool.recipes import Recipe, RuleSet
 
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
@@ -52,10 +52,11 @@ class PlanInputs:
     geometry: Geometry
     #: findings for the plan's notes (the layouts add theirs)
     notes: list[str] = field(default_factory=list)
-    _codecs: dict[tuple, Any] = field(default_factory=dict, repr=False, compare=False)
+    #: storage key -> codec (one per distinct storage scheme)
+    codecs: dict[tuple, StorageFormat] = field(default_factory=dict, repr=False, compare=False)
 
     @property
-    def resolved(self) -> Any:
+    def resolved(self) -> ResolvedCatalog:
         """The catalog resolved to roles and schemes (``quant.resolve.ResolvedCatalog``)."""
         return self.decision.resolved
 
@@ -63,13 +64,13 @@ class PlanInputs:
     def facts(self) -> ModelFacts:
         return self.decision.facts
 
-    def codec(self, scheme: Scheme) -> Any:
+    def codec(self, scheme: Scheme) -> StorageFormat:
         """The storage side of ``scheme``'s codec (``quant.storage``: shapes, regions, pads;
         no numbers, no torch), one per distinct storage scheme."""
-        key = scheme.storage_identity()
-        codec = self._codecs.get(key)
+        key = scheme.storage_key
+        codec = self.codecs.get(key)
         if codec is None:
-            codec = self._codecs[key] = get_storage_format(scheme)
+            codec = self.codecs[key] = get_storage_format(scheme)
         return codec
 
     def weight_of(self, module: str) -> str | None:

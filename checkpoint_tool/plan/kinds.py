@@ -17,8 +17,8 @@ Example (MXFP4 down weight U8 [7168, 80] = logical [7168, 160], padded 160 -> 19
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.errors import InputError
@@ -26,10 +26,11 @@ from checkpoint_tool.plan.experts import ExpertPart
 from checkpoint_tool.plan.fse import Chunk, chunks
 from checkpoint_tool.plan.model import COPY_OPS
 from checkpoint_tool.plan.pieces import Placement, place, whole
+from checkpoint_tool.quant.storage import StorageFormat
 from checkpoint_tool.regions import Piece, Region
 
 #: ``pad``'s cache: placements by shape signature (experts of a layer share shapes)
-PlacementCache = dict[tuple, Placement]
+PlacementCache = dict[tuple[object, ...], Placement]
 
 
 def keep(entry: TensorEntry) -> Placement:
@@ -50,7 +51,7 @@ def check_intermediate(entry: TensorEntry, part: ExpertPart, size: int, expected
 def pad(
     entry: TensorEntry,
     role: str,
-    codec: Any,
+    codec: StorageFormat,
     logical: tuple[int, ...],
     part: ExpertPart,
     ranges: list[tuple[int, int]],
@@ -69,8 +70,8 @@ def pad(
     whole_ranges = [(k * width, (k + 1) * width) for k in range(part.segments)]
     if ranges == whole_ranges and target == cut:
         return keep(entry)  # nothing to cut or pad (also skips the codec entirely)
-    key = (role, entry.dtype, entry.shape, logical, id(codec), part.dim, part.proj == "down")
-    key += (tuple(ranges), target)
+    key = (role, entry.dtype, entry.shape, logical, codec, part.dim, part.proj == "down",
+           tuple(ranges), target)  # fmt: skip
     template = cache.get(key) if cache is not None else None
     if template is not None:  # the same cut of another expert: its regions, this name
         return Placement(
@@ -108,7 +109,7 @@ def redirect(
     entry: TensorEntry,
     suffix: str,
     part: ExpertPart,
-    place_chunk: Any,
+    place_chunk: Callable[[list[tuple[int, int]]], Placement],
 ) -> list[tuple[Chunk, Placement]]:
     """The routed-slot chunks of a shared-expert tensor (``plan.fse.chunks``), each placed by
     ``place_chunk(ranges)`` (a ``pad`` bound to the tensor's codec and widths) and labelled."""
@@ -127,7 +128,7 @@ def redirect(
 def unfuse(
     entry: TensorEntry,
     role: str,
-    codec: Any,
+    codec: StorageFormat,
     part: ExpertPart,
     *,
     target: int,

@@ -1,11 +1,11 @@
 """The Plan: every output tensor described as byte-level operations on source tensors.
 
-A plan is pure data. Inside ckpt it is compact (slotted records and named tuples: a full-size
-R1 plan has ~92k output tensors); at the JSON edge (``ckpt plan --format json``, the manifest's
-plan hash, ``Plan.model_validate_json``) it is exactly the document ``plan.document`` declares,
-with pydantic validating what comes in (``plan.json_edge``). The executor needs nothing else to
-write the output: it reads each ``Piece``'s source region, pads it, combines the pieces, and
-writes the tensors of each ``OutputFile`` in order.
+A plan is pure data, in one form: these compact records (slotted dataclasses and named
+tuples: a full-size R1 plan has ~92k output tensors), with the summary record beside it. Their
+JSON (``ckpt plan --format json``, the manifest's plan hash, reading a plan back) is
+``plan.serialize``: free functions, and a pydantic schema generated from these records. The
+executor needs nothing else to write the output: it reads each ``Piece``'s source region, pads
+it, combines the pieces, and writes the tensors of each ``OutputFile`` in order.
 
 All coordinates are **storage** coordinates (see ``checkpoint_tool.regions``). The planner
 converts logical slices to storage ones through the codecs and refuses misaligned ones, so the
@@ -23,25 +23,28 @@ Example (TP rank 1 of 2 of an MXFP4 down projection, padded from 96 to 128 per r
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from checkpoint_tool.plan.summary import PlanSummary
+from checkpoint_tool.catalog.safetensors_format import tensor_nbytes
 from checkpoint_tool.regions import Pad, Piece, Region
 
 __all__ = [
+    "COPY_OPS",
     "DroppedTensor",
+    "FileSummary",
     "OutputFile",
     "OutputTensor",
     "Pad",
     "Piece",
     "Plan",
     "PlanOptions",
+    "PlanSummary",
     "Region",
+    "output_nbytes",
 ]
 
 Combine = Literal["single", "concat", "stack"]
@@ -87,8 +90,10 @@ class OutputTensor:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
-        return _model_copy(self, update, deep)
+
+def output_nbytes(tensor: OutputTensor) -> int:
+    """Bytes of ``tensor`` as written (its dtype and shape)."""
+    return tensor_nbytes(tensor.dtype, tuple(tensor.shape))
 
 
 @dataclass(slots=True, eq=True)
@@ -99,15 +104,6 @@ class OutputFile:
     tensors: list[OutputTensor]
     nbytes: int = 0
     rank: int | None = None
-
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
-        return _model_copy(self, update, deep)
-
-    def model_dump_json(self) -> str:
-        """The file as compact JSON, field order as declared (what the plan hash reads)."""
-        from checkpoint_tool.plan.json_edge import file_json
-
-        return file_json(self)
 
 
 class DroppedTensor(BaseModel):
@@ -130,16 +126,65 @@ class PlanOptions(BaseModel):
     layers: list[int] | None = None
 
 
-@dataclass(eq=True)
+class FileSummary(BaseModel):
+    """One output file: name, tensor count, tensor data bytes (headers excluded)."""
+
+    name: str
+    tensors: int
+    nbytes: int
+    layers: list[int] = Field(default_factory=list)
+
+
+class PlanSummary(BaseModel):
+    """The plan in numbers (``ckpt plan`` human output; ``summary`` in the plan JSON)."""
+
+    source_tensors: int = 0
+    output_tensors: int = 0
+    #: outputs written under their source name
+    kept: int = 0
+    #: outputs whose name a rename rule changed (FSE slots not included)
+    renamed: int = 0
+    #: outputs that are a shared expert (chunk) moved into a routed slot
+    redirected: int = 0
+    #: outputs that are one expert cut out of a 3-D fused expert tensor
+    unfused: int = 0
+    #: outputs with zero/neutral padding on the expert intermediate dim
+    padded: int = 0
+    #: source tensors deliberately not written (``Plan.dropped``), by rule
+    dropped: int = 0
+    dropped_by_rule: dict[str, int] = Field(default_factory=dict)
+    fse_enabled_layers: list[int] = Field(default_factory=list)
+    fse_disabled_layers: list[int] = Field(default_factory=list)
+    moe_intermediate_size: int | None = None
+    padded_intermediate_size: int | None = None
+    #: per-rank alignment the padded size satisfies (``--pad-to``)
+    pad_to: int | None = None
+    shared_intermediate_size: int | None = None
+    padded_shared_intermediate_size: int | None = None
+    source_bytes: int = 0
+    output_bytes: int = 0
+    files: list[FileSummary] = Field(default_factory=list)
+    #: estimated bytes each TP rank loads: expert tensors split over the ranks, every other
+    #: tensor counted whole (an upper bound: vLLM also splits attention and dense MLPs)
+    bytes_per_rank: list[int] = Field(default_factory=list)
+    #: the most memory one worker needs for one output tensor (its bytes + the source bytes
+    #: it reads); the executor streams, so this bounds the buffers, not the model size
+    peak_memory_bytes: int = 0
+    peak_memory_tensor: str | None = None
+
+
+@dataclass(eq=True, kw_only=True)
 class Plan:
-    """Everything the executor does, and everything a reviewer needs to see before it runs."""
+    """Everything the executor does, and everything a reviewer needs to see before it runs.
+
+    Fields in document order (the compact JSON the plan hash reads keeps it)."""
 
     ckpt_version: str
     source: str
+    source_revision: str | None = None
     recipe: str
     options: PlanOptions
     files: list[OutputFile]
-    source_revision: str | None = None
     dropped: list[DroppedTensor] = field(default_factory=list)
     #: the complete config.json to write (already edited)
     config: dict[str, Any] | None = None
@@ -155,58 +200,10 @@ class Plan:
     #: findings a reviewer should read before converting (one line each)
     notes: list[str] = field(default_factory=list)
 
-    def model_copy(self, *, update: dict[str, Any] | None = None, deep: bool = False) -> Any:
-        return _model_copy(self, update, deep)
-
     def tensor_count(self) -> int:
         return sum(len(f.tensors) for f in self.files)
 
-    def tensors(self) -> Iterable[OutputTensor]:
+    def tensors(self) -> Iterator[OutputTensor]:
         """Every output tensor, file by file."""
         for f in self.files:
             yield from f.tensors
-
-    # -- the JSON edge (``plan.json_edge``) -------------------------------------------------
-
-    def model_dump(self, *, mode: str = "json") -> dict[str, Any]:
-        """The plan document as plain JSON data (what ``--format json`` prints)."""
-        from checkpoint_tool.plan.json_edge import plan_dump
-
-        return plan_dump(self)
-
-    def model_dump_json(self, *, exclude: set[str] | None = None) -> str:
-        """Compact JSON in declaration order, as pydantic writes the document model."""
-        from checkpoint_tool.plan.json_edge import plan_compact_json
-
-        return plan_compact_json(self, exclude=exclude or set())
-
-    def json_text(self) -> str:
-        """``--format json``: sorted keys, indent 2 (``cli.output.to_json`` of the document)."""
-        return "".join(self.json_chunks())
-
-    def json_chunks(self) -> Iterator[str]:
-        """``json_text`` piece by piece (a file's tensors at a time), to write as it comes."""
-        from checkpoint_tool.plan.json_edge import plan_pretty_chunks
-
-        return plan_pretty_chunks(self)
-
-    @classmethod
-    def model_validate(cls, data: Any) -> Plan:
-        """A plan from its JSON document (validated by ``plan.document.PlanDocument``)."""
-        from checkpoint_tool.plan.json_edge import plan_load
-
-        return plan_load(data)
-
-    @classmethod
-    def model_validate_json(cls, text: str | bytes) -> Plan:
-        import json
-
-        return cls.model_validate(json.loads(text))
-
-
-def _model_copy(obj: Any, update: dict[str, Any] | None, deep: bool) -> Any:
-    """pydantic's ``model_copy`` for the compact records: ``replace`` with ``update``."""
-    out = copy.deepcopy(obj) if deep else copy.copy(obj)
-    for key, value in (update or {}).items():
-        setattr(out, key, value)
-    return out

@@ -26,9 +26,9 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
 
 from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.catalog.safetensors_format import storage_shape, tensor_nbytes
@@ -45,7 +45,9 @@ from checkpoint_tool.plan.kinds import (
 )
 from checkpoint_tool.plan.model import DroppedTensor, OutputTensor
 from checkpoint_tool.plan.pieces import Placement
-from checkpoint_tool.quant.resolve import split_tensor_name
+from checkpoint_tool.quant.resolve import ResolvedTensor, split_tensor_name
+from checkpoint_tool.quant.scheme import Scheme
+from checkpoint_tool.quant.storage import StorageFormat
 from checkpoint_tool.recipes import Renamed
 
 
@@ -105,9 +107,7 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
             continue
         part = experts_get(name)
         if part is None or (aligned and part.kind == "routed" and not part.fused_3d):
-            rt = resolved[name]  # ``keep``, inlined: ~90k tensors of a full-size model
-            renamed = rename(name, scheme=rt.scheme, is_scale=rt.role == "scale", drop_checked=True)
-            placed: list[Placed] = [(renamed, keep(tensors[name]))]
+            placed = _kept(rename, name, resolved[name], tensors[name])
         else:
             placed = _place(inputs, name, part, cutter)
         for renamed, placement in placed:
@@ -133,6 +133,16 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
     if inputs.recipe.loader_reapplies_rules:
         _check_fixed_points(inputs, sources)
     return out
+
+
+def _kept(
+    rename: Callable[..., Renamed], name: str, rt: ResolvedTensor, entry: TensorEntry
+) -> list[Placed]:
+    """A tensor written as it is (no expert, or a routed expert that needs no padding): the
+    recipe's name for it and a ``keep``. The fast path of the loop: ~90k tensors of a
+    full-size model take it, so ``plan_outputs`` binds ``rename`` once and calls it here."""
+    renamed = rename(name, scheme=rt.scheme, is_scale=rt.role == "scale", drop_checked=True)
+    return [(renamed, keep(entry))]
 
 
 def _place(inputs: PlanInputs, name: str, part: ExpertPart, cutter: _Cutter) -> list[Placed]:
@@ -179,14 +189,17 @@ def _place(inputs: PlanInputs, name: str, part: ExpertPart, cutter: _Cutter) -> 
 
 class _Cutter:
     """``pad`` for expert tensors: the module's weight gives the codec and the logical shape;
-    codecs, logical shapes and placements are looked up once per distinct value."""
+    logical shapes and placements are looked up once per distinct value."""
 
     def __init__(self, inputs: PlanInputs) -> None:
         self.inputs = inputs
         self.tensors = inputs.catalog.tensors
         self.resolved = inputs.resolved.tensors
         self.cache: PlacementCache = {}
-        self.codecs: dict[int, Any] = {}  # by id of the weight's Scheme (alive in resolved)
+        #: the last weight scheme seen and its codec: the experts of a layer share one Scheme
+        #: object (the resolver's cache), so consecutive tensors skip the codec lookup
+        self.scheme: Scheme | None = None
+        self.codec: StorageFormat | None = None
         self.logical: dict[tuple, tuple[int, ...]] = {}
         self._whole: dict[tuple[int, int], list[tuple[int, int]]] = {}
 
@@ -202,7 +215,7 @@ class _Cutter:
     def cut(
         self,
         entry: TensorEntry,
-        rt: Any,
+        rt: ResolvedTensor,
         part: ExpertPart,
         ranges: list[tuple[int, int]],
         target: int,
@@ -216,10 +229,10 @@ class _Cutter:
             )
         w_entry = self.tensors[weight]
         scheme = self.resolved[weight].scheme
-        codec = self.codecs.get(id(scheme))
-        if codec is None:
-            codec = self.codecs[id(scheme)] = self.inputs.codec(scheme)
-        key = (id(codec), w_entry.dtype, w_entry.shape)
+        if scheme is not self.scheme or self.codec is None:
+            self.scheme, self.codec = scheme, self.inputs.codec(scheme)
+        codec = self.codec
+        key = (codec, w_entry.dtype, w_entry.shape)
         logical = self.logical.get(key)
         if logical is None:
             storage = storage_shape(w_entry.dtype, w_entry.shape, name=weight)

@@ -24,6 +24,7 @@ from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.catalog.safetensors_format import element_bytes, header_shape, storage_shape
 from checkpoint_tool.errors import AlignmentError, InputError
 from checkpoint_tool.quant.roles import CODEC_ROLES
+from checkpoint_tool.quant.storage import StorageFormat
 from checkpoint_tool.quant.storage.dtypes import one_fill
 from checkpoint_tool.regions import Pad, Piece, Region
 
@@ -72,7 +73,7 @@ def _plain_ranges(
     entry: TensorEntry, ranges: list[tuple[int, int]], target: int
 ) -> list[tuple[Region | None, Pad | None]]:
     """A 1-D tensor indexed by the intermediate dim (an expert bias): no packing, no groups."""
-    out = []
+    out: list[tuple[Region | None, Pad | None]] = []
     for start, stop in ranges:
         amount = target - (stop - start)
         pad = Pad(dim=0, amount=amount, fill=_fill(entry, "bias")) if amount > 0 else None
@@ -83,7 +84,7 @@ def _plain_ranges(
 def place(
     entry: TensorEntry,
     role: str,
-    codec: object | None,
+    codec: StorageFormat | None,
     logical: tuple[int, ...],
     dim: int,
     ranges: list[tuple[int, int]],
@@ -99,18 +100,18 @@ def place(
     """
     storage = list(storage_shape(entry.dtype, entry.shape))
     cuts: list[tuple[Region | None, Pad | None]]
-    if role in CODEC_ROLES and codec is not None and role in getattr(codec, "roles", ()):
+    if role in CODEC_ROLES and codec is not None and role in codec.roles:
         cuts = []
         nd = len(logical)
         d = dim % nd
         for start, stop in ranges:
-            region = codec.storage_regions(logical, d, start, stop, name=entry.name)[role]  # type: ignore[attr-defined]
+            region = codec.storage_regions(logical, d, start, stop, name=entry.name)[role]
             pad = None
             amount = target - (stop - start)
             if amount > 0:
                 seg = list(logical)
                 seg[d] = stop - start
-                pad = codec.storage_pads(tuple(seg), d, amount, name=entry.name)[role]  # type: ignore[attr-defined]
+                pad = codec.storage_pads(tuple(seg), d, amount, name=entry.name)[role]
                 if pad is not None:
                     pad = Pad(dim=pad.dim, amount=pad.amount, fill=_fill(entry, role))
             cuts.append((region, pad))

@@ -23,8 +23,7 @@ import re
 from collections.abc import Iterable
 
 from checkpoint_tool.errors import UsageError
-from checkpoint_tool.plan.model import OutputFile, OutputTensor
-from checkpoint_tool.plan.summary import output_nbytes
+from checkpoint_tool.plan.model import OutputFile, OutputTensor, output_nbytes
 
 _UNITS = {
     "": 1,

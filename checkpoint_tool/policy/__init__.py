@@ -3,17 +3,20 @@ consistency findings; ``decide_policy(catalog, ...) -> PolicyDecision`` (the pla
 ``build_policy(catalog, ...) -> PolicyReport`` (``ckpt inspect``)."""
 
 from checkpoint_tool.policy.build import build_policy, decide_policy
-from checkpoint_tool.policy.decision import LayerDecision, PolicyDecision
+from checkpoint_tool.policy.decision import (
+    FseDecision,
+    FseMode,
+    LayerDecision,
+    PolicyDecision,
+    TpGeometry,
+)
 from checkpoint_tool.policy.report import (
     SCHEMA_VERSION,
     ExpertSchemes,
-    FseDecision,
-    FseMode,
     ModelSummary,
     MoeLayerPolicy,
     PolicyReport,
     PolicySummary,
-    TpGeometry,
 )
 
 __all__ = [

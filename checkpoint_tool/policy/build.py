@@ -17,25 +17,31 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.model import PROJS, MoeLayerFacts, family_of, model_facts
-from checkpoint_tool.policy.decision import LayerDecision, PolicyDecision
+from checkpoint_tool.policy.decision import FseDecision, FseMode, LayerDecision, PolicyDecision
+from checkpoint_tool.policy.engine.model import Target, load_rule_table
 from checkpoint_tool.policy.fse import apply_model_rules, decide_layer, prefused_decision
-from checkpoint_tool.policy.fse_gates import vllm_fse_gate
+from checkpoint_tool.policy.fse_gates import OK, vllm_fse_gate
 from checkpoint_tool.policy.fse_layout import layout_check
-from checkpoint_tool.policy.report import FseDecision, FseMode, PolicyReport
+from checkpoint_tool.policy.prefused import prefused_slots
+from checkpoint_tool.policy.report import PolicyReport
+from checkpoint_tool.policy.to_report import render_report
 from checkpoint_tool.policy.tp import intermediate_alignment
+from checkpoint_tool.quant.findings import Spread, catalog_findings
 from checkpoint_tool.quant.resolve import ResolvedCatalog, resolve_catalog
 from checkpoint_tool.quant.scheme import Scheme
+
+if TYPE_CHECKING:
+    from checkpoint_tool.catalog.catalog import Catalog
 
 FSE_MODES = ("auto", "on", "off")
 
 
 def decide_policy(
-    catalog: Any,
+    catalog: Catalog,
     *,
     tp: int = 1,
     ep: bool = False,
@@ -43,17 +49,13 @@ def decide_policy(
     all2all: str | None = None,
     fse: FseMode = "auto",
     resolved: ResolvedCatalog | None = None,
-    target: Any = None,
+    target: str | Target | None = None,
 ) -> PolicyDecision:
     """The per-layer decision of ``catalog`` for ``--tp``/``--ep``/``--eplb``/``--all2all``/
     ``--fse`` on ``target`` (a name, an engine ``Target``, or None: the default target, the
     newest stock vLLM on CUDA; under ``--fse auto`` only what it fuses at load time is fused).
     ``resolved`` may be passed when the caller already resolved the catalog."""
-    from checkpoint_tool.policy.engine.model import Target, load_rule_table
-    from checkpoint_tool.policy.prefused import prefused_slots
-
     tgt = target if isinstance(target, Target) else load_rule_table().target(target)
-    parallel = {"tp": tp, "ep": ep, "eplb": eplb, "all2all": all2all}
     check_options(tp=tp, ep=ep, eplb=eplb, fse=fse)
     config = catalog.config or {}
     raw_qc = config.get("quantization_config")
@@ -76,7 +78,7 @@ def decide_policy(
                 prefused[layer.layer], layer.shared_chunk_size
             )
             continue
-        gate = layout = _NA
+        gate = layout = OK  # no shared experts: nothing to gate
         if layer.n_shared:
             gate = vllm_fse_gate(rc.qconfig, raw_qc, facts, layer, tgt.version)
             layout = layout_check(layer, routed, shared)
@@ -90,29 +92,38 @@ def decide_policy(
     }
     return PolicyDecision(
         target=tgt,
-        **parallel,
+        tp=tp,
+        ep=ep,
+        eplb=eplb,
+        all2all=all2all,
         fse_mode=fse,
         facts=facts,
         resolved=rc,
         layers=layers,
+        entries=catalog.tensors,
+        prefused=prefused,
         option_issues=tuple(option_issues),
     )
 
 
 def build_policy(
-    catalog: Any,
+    catalog: Catalog,
     *,
-    spread: Callable[..., list[Any]] | None = None,
+    spread: Spread | None = None,
     **options: Any,
 ) -> PolicyReport:
-    """``decide_policy(catalog, **options)`` rendered as the ``ckpt inspect`` report, with the
-    catalog's scheme findings (``quant.findings``). ``spread`` runs the per-module checks
-    (the CLI passes ``forked.spread_map``: half of them in a forked child on a large catalog);
-    by default they run here."""
-    from checkpoint_tool.policy.to_report import render_report
-    from checkpoint_tool.quant.findings import catalog_findings
+    """``decide_policy(catalog, **options)`` rendered as the ``ckpt inspect`` report
+    (``render_policy``)."""
+    return render_policy(decide_policy(catalog, **options), catalog, spread=spread)
 
-    decision = decide_policy(catalog, **options)
+
+def render_policy(
+    decision: PolicyDecision, catalog: Catalog, *, spread: Spread | None = None
+) -> PolicyReport:
+    """``decision`` rendered as the ``ckpt inspect`` report, with the catalog's scheme
+    findings (``quant.findings``). ``spread`` runs the per-module checks (the CLI passes
+    ``forked.spread_map``: half of them in a forked child on a large catalog); by default
+    they run here."""
     findings = catalog_findings(catalog, decision.resolved, spread=spread)
     return render_report(decision, catalog, findings)
 
@@ -125,16 +136,6 @@ def check_options(*, tp: int, ep: bool = False, eplb: bool = False, fse: str = "
         raise UsageError(f"--fse must be one of {', '.join(FSE_MODES)}, got {fse!r}")
     if eplb and not ep:
         raise UsageError("--eplb balances experts across EP ranks: it needs --ep")
-
-
-class _NotApplicable:
-    compatible = True
-    code = "ok"
-    template = None
-    params: dict[str, str] = {}
-
-
-_NA: Any = _NotApplicable()
 
 
 def _stored_schemes(

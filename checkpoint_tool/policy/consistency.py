@@ -25,7 +25,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpoint_tool.model import PROJS, ModelFacts, MoeLayerFacts
 from checkpoint_tool.quant.configs import (
@@ -36,14 +36,20 @@ from checkpoint_tool.quant.configs import (
 )
 from checkpoint_tool.report import Issue
 
+if TYPE_CHECKING:
+    from checkpoint_tool.catalog.catalog import TensorEntry
+    from checkpoint_tool.quant.configs import QuantConfig
 
-def _issue(rule: str, message: str, tensor: str | None, entries: Mapping[str, Any]) -> Issue:
+
+def _issue(
+    rule: str, message: str, tensor: str | None, entries: Mapping[str, TensorEntry]
+) -> Issue:
     entry = entries.get(tensor) if tensor else None
     return Issue(
         severity="error",
         rule=rule,
         tensor=tensor,
-        file=getattr(entry, "file", None),
+        file=entry.file if entry is not None else None,
         message=message,
     )
 
@@ -76,7 +82,7 @@ def scan_expert_tensors(names: Iterable[str]) -> dict[str, dict[str, Any]]:
 
 def moe_structure_issues(
     facts: ModelFacts,
-    entries: Mapping[str, Any],
+    entries: Mapping[str, TensorEntry],
     prefused: Mapping[int, list[int]] | None = None,
 ) -> list[Issue]:
     """Structural findings; ``entries`` maps tensor names to catalog entries (shape, file).
@@ -116,7 +122,7 @@ def moe_structure_issues(
 def _layer_issues(
     layer: MoeLayerFacts,
     g: dict[str, Any] | None,
-    entries: Mapping[str, Any],
+    entries: Mapping[str, TensorEntry],
     slots: list[int] | None = None,
 ) -> list[Issue]:
     issues: list[Issue] = []
@@ -228,7 +234,7 @@ def expected_routed_weights(layer: MoeLayerFacts) -> set[str]:
 # -- config patterns -------------------------------------------------------------------------
 
 
-def config_patterns(qconfig: Any) -> list[tuple[str, str]]:
+def config_patterns(qconfig: QuantConfig) -> list[tuple[str, str]]:
     """``(where, pattern)`` for every name pattern of a config, e.g. ``("exclude", "lm_head")``."""
     if isinstance(qconfig, QuarkConfig):
         return [("exclude", p) for p in qconfig.exclude] + [
@@ -291,7 +297,7 @@ def pattern_matches_any(pattern: str, layers: set[str], ordered: list[str]) -> b
     return any(".".join(parts[:k]) in layers for k in range(len(parts) - 1, 0, -1))
 
 
-def unmatched_pattern_issues(qconfig: Any, names: Iterable[str], where: str) -> list[Issue]:
+def unmatched_pattern_issues(qconfig: QuantConfig, names: Iterable[str], where: str) -> list[Issue]:
     """A warning for each config pattern that names no module of the checkpoint."""
     patterns = config_patterns(qconfig)
     if not patterns:

@@ -28,12 +28,15 @@ Example::
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from checkpoint_tool.model import MoeLayerFacts
+from checkpoint_tool.policy.decision import FseDecision, FseMode
 from checkpoint_tool.policy.fse_gates import GateResult
-from checkpoint_tool.policy.report import FseDecision, FseMode
 from checkpoint_tool.report import Issue
+
+if TYPE_CHECKING:
+    from checkpoint_tool.policy.engine.model import Target
 
 OPTION_REASONS: dict[str, str] = {
     "no_shared_experts": "the layer has no shared experts",
@@ -117,7 +120,7 @@ def prefused_decision(slots: list[int], chunk_size: int) -> FseDecision:
 
 
 def apply_target_rule(
-    decisions: dict[int, FseDecision], *, mode: FseMode, target: Any
+    decisions: dict[int, FseDecision], *, mode: FseMode, target: Target | None
 ) -> dict[int, FseDecision]:
     """``--fse auto``: keep only what ``target`` (an engine ``Target``) fuses at load time."""
     if mode != "auto" or target is None or target.fse == "per_layer":
@@ -154,7 +157,7 @@ def apply_model_rules(
     ep: bool,
     eplb: bool,
     all2all: str | None,
-    target: Any = None,
+    target: Target | None = None,
 ) -> tuple[dict[int, FseDecision], list[Issue]]:
     """Apply the model-wide rules: the target's (``--fse auto``), parallelism flags against a
     layer mix, and ``--fse on``."""

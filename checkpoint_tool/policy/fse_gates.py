@@ -31,7 +31,7 @@ Example::
 from __future__ import annotations
 
 import re
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from checkpoint_tool.model import ModelFacts, MoeLayerFacts
 from checkpoint_tool.policy.vllm_names import (
@@ -48,6 +48,9 @@ from checkpoint_tool.quant.configs import (
     QuarkConfig,
 )
 from checkpoint_tool.quant.configs.quark_record import QuarkLayer, QuarkTensor
+
+if TYPE_CHECKING:
+    from checkpoint_tool.quant.configs import QuantConfig
 
 #: code -> reason template, exactly as vLLM 0.33 words it
 VLLM_REASONS: dict[str, str] = {
@@ -117,7 +120,7 @@ def _no(code: str, version: tuple[int, ...] = (0, 33), **params: str) -> GateRes
 
 
 def vllm_fse_gate(
-    qconfig: Any,
+    qconfig: QuantConfig,
     raw_qc: dict[str, Any] | None,
     facts: ModelFacts,
     layer: MoeLayerFacts,
@@ -147,7 +150,7 @@ def vllm_fse_gate(
     return _no("not_implemented", v, config_class=vllm_class_name(qconfig))
 
 
-def vllm_class_name(qconfig: Any) -> str:
+def vllm_class_name(qconfig: QuantConfig) -> str:
     """The vLLM quantization config class that would load this checkpoint."""
     if isinstance(qconfig, ModelOptConfig):
         return "ModelOptNvFp4Config" if qconfig.quant_algo == "NVFP4" else "ModelOptFp8Config"

@@ -18,7 +18,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from checkpoint_tool.policy.report import MoeLayerPolicy, PolicyReport, TpGeometry
+from checkpoint_tool.policy.decision import TpGeometry
+from checkpoint_tool.policy.report import MoeLayerPolicy, PolicyReport
 
 #: findings printed in full before the rest is summarised by rule
 MAX_ISSUE_LINES = 40

@@ -15,19 +15,16 @@ Stable and documented (``docs/inspect.md``, JSON Schema in
                  "reasons": {"Quark uses ... at model.layers.N.mlp.shared_experts": [3]},
                  "text": "fused shared experts: enabled on MoE layer(s) [1, 2]; ..."},
      "issues": [{"severity": "error", "tensor": "...", "rule": "...", "message": "..."}],
-     "engine": {...} | null}     # issue 10: what --target (default: newest vLLM) will do
+     "engine": {...} | null}     # what --target (default: newest vLLM) will do
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
+from checkpoint_tool.policy.decision import FseDecision, FseMode, TpGeometry
 from checkpoint_tool.policy.engine.model import EngineReport
 from checkpoint_tool.report import Issue
-
-FseMode = Literal["auto", "on", "off"]
 
 #: version of the JSON shape; bump on incompatible changes
 SCHEMA_VERSION = 1
@@ -76,47 +73,6 @@ class ExpertSchemes(_Model):
     prefix: str
     count: int
     width: int
-
-
-class FseDecision(_Model):
-    """May this layer's shared expert(s) become routed slots ``n_routed + j``?"""
-
-    enabled: bool
-    #: stable id of the decision, e.g. "ok", "quark_excludes_shared", "no_shared_experts"
-    code: str
-    #: the reason in the engine's words (exact vLLM strings for vLLM gates); None when enabled
-    reason: str | None = None
-    #: ``reason`` with the layer index in the module prefix written ``N``
-    #: (``... at model.layers.N.mlp.shared_experts``); groups layers in the summary
-    reason_template: str | None = None
-    #: who says so: "vllm" (mirrors is_shared_expert_quant_fse_compatible), "ckpt" (layout
-    #: checks of this tool), "option" (--fse / --ep / --eplb / --all2all), "target" (what the
-    #: ``--target`` engine fuses when it loads the output, under ``--fse auto``)
-    source: Literal["vllm", "ckpt", "option", "target", "none"] = "none"
-    #: routed slot index of each shared chunk when enabled, e.g. [256] or [64, 65]
-    slots: list[int] = Field(default_factory=list)
-    #: width of one shared chunk (= one appended routed expert)
-    chunk_size: int = 0
-
-
-class TpGeometry(_Model):
-    """How an expert intermediate dimension splits over ``tp`` ranks.
-
-    ``per_rank`` is vLLM's floor division ``size // tp``; it must be a multiple of
-    ``alignment`` (group 32 MXFP4, 16 NVFP4, 128 block FP8, ...). When not, ``pad_to`` is the
-    smallest total size whose per-rank share is aligned and ``padded_per_rank`` that share.
-    """
-
-    size: int
-    tp: int
-    alignment: int
-    #: which scheme/projection set the alignment, e.g. "down_proj mxfp4/32 (input groups)"
-    alignment_from: str = ""
-    per_rank: int
-    divisible: bool
-    aligned: bool
-    padded_per_rank: int
-    pad_to: int
 
 
 class MoeLayerPolicy(_Model):
@@ -170,7 +126,7 @@ class PolicyReport(_Model):
     moe_layers: list[MoeLayerPolicy] = Field(default_factory=list)
     summary: PolicySummary
     issues: list[Issue] = Field(default_factory=list)
-    #: what the target engine will do with the checkpoint (``--target``; issue 10); see
+    #: what the target engine will do with the checkpoint (``--target``); see
     #: docs/engine-compat.md. None when no engine section was built.
     engine: EngineReport | None = None
 
@@ -186,3 +142,8 @@ class PolicyReport(_Model):
             if m.layer == index:
                 return m
         return None
+
+
+def with_engine(policy: PolicyReport, engine: EngineReport | None) -> PolicyReport:
+    """The policy report with its engine section (``ckpt inspect --target``) attached."""
+    return policy.model_copy(update={"engine": engine})

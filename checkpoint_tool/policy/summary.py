@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from checkpoint_tool.policy.report import MoeLayerPolicy, PolicySummary, TpGeometry
+from checkpoint_tool.policy.decision import TpGeometry
+from checkpoint_tool.policy.report import MoeLayerPolicy, PolicySummary
 from checkpoint_tool.report import Issue
 
 

@@ -13,10 +13,10 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 from checkpoint_tool.model import ModelFacts, MoeLayerFacts
-from checkpoint_tool.policy.consistency import moe_structure_issues, unmatched_pattern_issues
+from checkpoint_tool.policy.consistency import unmatched_pattern_issues
 from checkpoint_tool.policy.decision import LayerDecision, PolicyDecision
 from checkpoint_tool.policy.report import ExpertSchemes, ModelSummary, MoeLayerPolicy, PolicyReport
 from checkpoint_tool.policy.summary import padding_issues, summarize
@@ -24,34 +24,36 @@ from checkpoint_tool.policy.tp import tp_geometry
 from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.report import Issue
 
+if TYPE_CHECKING:
+    from checkpoint_tool.catalog.catalog import Catalog
+    from checkpoint_tool.quant.resolve import ResolvedCatalog
+
 #: what the report repeats of the model facts, as they are
 _LAYER_FIELDS = {"layer", "prefix", "is_mtp", "n_routed", "n_shared", "top_k"}
 _MODEL_FIELDS = {"family", "model_type", "hidden_size", "num_hidden_layers", "num_mtp_layers"}
 
 
-def render_report(decision: PolicyDecision, catalog: Any, findings: list[Issue]) -> PolicyReport:
+def render_report(decision: PolicyDecision, catalog: Catalog, findings: list[Issue]) -> PolicyReport:
     """The inspect report of ``decision`` (see the module docstring)."""
-    from checkpoint_tool.policy.prefused import prefused_slots
-
     facts = decision.facts
     rc = decision.resolved
     layers = [
         layer_policy(d, tp=decision.tp, ep=decision.ep) for _, d in sorted(decision.layers.items())
     ]
     where = str(catalog.root / "config.json")
-    structure = moe_structure_issues(facts, catalog.tensors, prefused_slots(catalog.config or {}))
+    structure = decision.structure_issues
     unmatched = unmatched_pattern_issues(rc.qconfig, catalog.tensors, where)
     issues = _dedupe(
         [*decision.option_issues, *findings, *structure, *unmatched, *padding_issues(layers)]
     )
     return PolicyReport(
-        source=str(getattr(catalog, "source", "") or catalog.root),
+        source=str(catalog.source or catalog.root),
         model=_model_summary(catalog, facts, rc),
         tp=decision.tp,
         ep=decision.ep,
         eplb=decision.eplb,
         all2all=decision.all2all,
-        fse_mode=decision.fse_mode,  # type: ignore[arg-type]
+        fse_mode=decision.fse_mode,
         target=decision.target.name,
         moe_layers=layers,
         summary=summarize(layers, issues),
@@ -108,8 +110,8 @@ def _expert_schemes(
     )
 
 
-def _model_summary(catalog: Any, facts: ModelFacts, rc: Any) -> ModelSummary:
-    headers = getattr(catalog, "headers", None) or {}
+def _model_summary(catalog: Catalog, facts: ModelFacts, rc: ResolvedCatalog) -> ModelSummary:
+    headers = catalog.headers
     if headers:
         data = sum(h.file_size - h.data_start for h in headers.values())
     else:
@@ -117,13 +119,13 @@ def _model_summary(catalog: Any, facts: ModelFacts, rc: Any) -> ModelSummary:
     return ModelSummary(
         **facts.model_dump(include=_MODEL_FIELDS),
         num_moe_layers=len(facts.moe_layers),
-        quant_method=getattr(rc.qconfig, "source", "none"),
-        quant_summary=rc.qconfig.summary() if hasattr(rc.qconfig, "summary") else "",
+        quant_method=rc.qconfig.source,
+        quant_summary=rc.qconfig.summary(),
         tensors=len(catalog.tensors),
         files=len(catalog.files),
         data_bytes=data,
-        header_bytes_read=getattr(catalog, "header_bytes_read", 0),
-        bytes_transferred=getattr(catalog, "bytes_transferred", None),
+        header_bytes_read=catalog.header_bytes_read,
+        bytes_transferred=catalog.bytes_transferred,
         notes=list(facts.notes),
     )
 

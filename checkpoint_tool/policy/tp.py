@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from checkpoint_tool.policy.report import TpGeometry
+from checkpoint_tool.policy.decision import TpGeometry
 from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.quant.storage import round_up, scheme_alignment
 

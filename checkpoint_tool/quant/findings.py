@@ -17,26 +17,33 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpoint_tool.quant.configs import QuarkConfig
 from checkpoint_tool.quant.configs.names import PACKED_SHARD_NAMES, packed_siblings
-from checkpoint_tool.quant.configs.shapes import expected_siblings, weight_shape_problem
+from checkpoint_tool.quant.configs.shapes import (
+    Expected,
+    expected_siblings,
+    weight_shape_problem,
+)
 from checkpoint_tool.quant.resolve import FUSED_EXPERT_SUFFIXES, ResolvedCatalog
 from checkpoint_tool.quant.roles import SCALE_ROLES
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
-from checkpoint_tool.report import Issue
+from checkpoint_tool.report import Issue, Severity
+
+if TYPE_CHECKING:
+    from checkpoint_tool.catalog.catalog import Catalog
 
 #: one finding as plain data (it may come back from a forked child through ``marshal``):
 #: ``(severity, tensor, file, rule, message)``
-Record = tuple[str, str | None, str | None, str, str]
+Record = tuple[Severity, str | None, str | None, str, str]
 
 #: ``spread(fn, items) == [fn(x) for x in items]``, perhaps computed partly elsewhere
 Spread = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
 
 
 def catalog_findings(
-    catalog: Any, rc: ResolvedCatalog, *, spread: Spread | None = None
+    catalog: Catalog, rc: ResolvedCatalog, *, spread: Spread | None = None
 ) -> list[Issue]:
     """Every finding of ``rc`` against ``catalog``'s headers: errors first, then by file,
     tensor, rule and message.
@@ -81,24 +88,24 @@ class _ModuleCheck:
     is the first stored shard of a packed layer also answers for the layer.
 
     ``parts``: suffix -> tensor name of every tensor of the module, in catalog order.
-    ``expected_siblings`` is memoized per scheme object, weight dtype and shape: a catalog's
-    ~46k modules hold a handful of distinct schemes (shared through the resolve cache).
+    ``expected_siblings`` is memoized per scheme (``Scheme.siblings_key``), weight dtype and
+    shape: a catalog's ~46k modules hold a handful of distinct schemes.
     """
 
-    def __init__(self, catalog: Any, rc: ResolvedCatalog) -> None:
+    def __init__(self, catalog: Catalog, rc: ResolvedCatalog) -> None:
         self.headers = catalog.tensors
         self.tensors = rc.tensors
         self.weights = rc.weights()
-        self._memo: dict[tuple[int, str, tuple[int, ...]], tuple[Scheme, dict]] = {}
+        self.memo: dict[tuple[tuple, str, tuple[int, ...]], dict[str, Expected]] = {}
 
-    def expected(self, scheme: Scheme, dtype: str, shape: tuple[int, ...]) -> dict[str, Any]:
-        key = (id(scheme), dtype, shape)
-        hit = self._memo.get(key)
-        if hit is None:  # the memo holds the scheme, so its id is not reused meanwhile
-            hit = self._memo[key] = (scheme, expected_siblings(scheme, dtype, shape))
-        return hit[1]
+    def expected(self, scheme: Scheme, dtype: str, shape: tuple[int, ...]) -> dict[str, Expected]:
+        key = (scheme.siblings_key, dtype, shape)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = expected_siblings(scheme, dtype, shape)
+        return hit
 
-    def record(self, rule: str, name: str, message: str, severity: str = "error") -> Record:
+    def record(self, rule: str, name: str, message: str, severity: Severity = "error") -> Record:
         entry = self.headers.get(name)
         return (severity, name, entry.file if entry else None, rule, message)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from pydantic import BaseModel
 
@@ -28,6 +28,9 @@ from checkpoint_tool.quant.configs.load import load_quant_config
 from checkpoint_tool.quant.configs.names import expert_key, non_linear_reason, split_tensor_name
 from checkpoint_tool.quant.roles import ROLE_BY_SUFFIX, SCALE_ROLES, Role
 from checkpoint_tool.quant.scheme import Scheme
+
+if TYPE_CHECKING:
+    from checkpoint_tool.catalog.catalog import Catalog
 
 __all__ = [
     "ResolvedCatalog",
@@ -42,6 +45,8 @@ __all__ = [
 ]
 
 Semantics = Literal["vllm", "producer"]
+#: module, or (FusedMoE layer, projection) -> scheme (``resolve_tensor``'s ``cache``)
+SchemeCache = dict[str | tuple[str, str], Scheme]
 
 #: Quark leaves fused 3-D expert parameters (``X.experts.gate_up_proj`` [E, 2I, H],
 #: ``X.experts.down_proj`` [E, H, I]) unquantized in BF16
@@ -79,7 +84,7 @@ class ResolvedCatalog:
     Compared and hashed by identity (a catalog's resolution is computed once and shared).
     """
 
-    qconfig: Any
+    qconfig: QuantConfig
     tensors: dict[str, ResolvedTensor]
     modules: dict[str, dict[str, str]]
 
@@ -114,7 +119,7 @@ def resolve_tensor(
     dtype: str | None = None,
     shape: tuple[int, ...] | None = None,
     semantics: Semantics = "vllm",
-    cache: dict[str, Scheme] | None = None,
+    cache: SchemeCache | None = None,
 ) -> ResolvedTensor:
     """Role and scheme of one tensor name (``dtype``/``shape`` refine fused expert params).
 
@@ -135,7 +140,7 @@ def _resolve_split(
     dtype: str | None,
     shape: tuple[int, ...] | None,
     semantics: Semantics,
-    cache: dict | None,
+    cache: SchemeCache | None,
 ) -> ResolvedTensor:
     """``resolve_tensor`` for a name already split into ``module`` and ``suffix``."""
     source = qconfig.source
@@ -159,9 +164,8 @@ def _resolve_split(
     if cache is None:
         scheme = _module_scheme(qconfig, module, semantics)
     else:
-        scheme = cache.get(module)
-        if scheme is None:
-            scheme = _cached_module_scheme(qconfig, module, semantics, cache)
+        hit = cache.get(module)
+        scheme = hit if hit is not None else _cached_module_scheme(qconfig, module, semantics, cache)
     return ResolvedTensor(name, module, role, scheme)
 
 
@@ -177,7 +181,7 @@ def _module_scheme(qconfig: QuantConfig, module: str, semantics: Semantics) -> S
 
 
 def _cached_module_scheme(
-    qconfig: QuantConfig, module: str, semantics: Semantics, cache: dict
+    qconfig: QuantConfig, module: str, semantics: Semantics, cache: SchemeCache
 ) -> Scheme:
     """``_module_scheme`` through ``cache``, resolving each FusedMoE projection once.
 
@@ -217,14 +221,14 @@ def scheme_differences(qconfig: QuantConfig, modules: list[str]) -> list[SchemeD
 # -- a whole catalog ---------------------------------------------------------------------------
 
 
-def resolve_catalog(catalog: Any, *, semantics: Semantics = "vllm") -> ResolvedCatalog:
+def resolve_catalog(catalog: Catalog, *, semantics: Semantics = "vllm") -> ResolvedCatalog:
     """Resolve every tensor of ``catalog`` (its config and headers; no tensor data).
 
     Raises ``InputError`` for an unsupported or malformed quantization config.
     """
     where = str(catalog.root / "config.json")
     qconfig = load_quant_config(catalog.config, catalog.hf_quant_config, where=where)
-    cache: dict = {}
+    cache: SchemeCache = {}
     tensors: dict[str, ResolvedTensor] = {}
     modules: defaultdict[str, dict[str, str]] = defaultdict(dict)
     for name, e in catalog.tensors.items():
@@ -239,7 +243,7 @@ def resolve_catalog(catalog: Any, *, semantics: Semantics = "vllm") -> ResolvedC
 
 
 def _dsv4_float_linears(
-    catalog: Any,
+    catalog: Catalog,
     qconfig: DeepSeekV4Config,
     tensors: dict[str, ResolvedTensor],
     modules: dict[str, dict[str, str]],

@@ -15,6 +15,7 @@ Example (a Quark MXFP4 expert projection)::
 from __future__ import annotations
 
 from enum import Enum
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -88,6 +89,12 @@ class Scheme(BaseModel):
             self.scale_dtypes,
         )
 
+    @cached_property
+    def storage_key(self) -> tuple:
+        """``storage_identity()``, computed once per scheme: the key of the storage codec a
+        planner looks up for every expert tensor (a scheme is frozen, its bytes never change)."""
+        return self.storage_identity()
+
     def producer_identity(self) -> tuple:
         """``storage_identity`` plus the scale tensors' names and the raw producer spec: strict,
         for telling how vLLM reads a module from how its producer wrote it (and for vLLM's own
@@ -103,6 +110,12 @@ class Scheme(BaseModel):
             self.input_scale_suffix,
             repr(self.spec),
         )
+
+    @cached_property
+    def siblings_key(self) -> tuple:
+        """What decides the tensors stored next to the weight (``producer_identity`` and the
+        input scale's dtypes), computed once per scheme: a memo key for sibling checks."""
+        return (self.producer_identity(), self.input_scale_dtypes)
 
     def scale_names(self, module: str) -> list[str]:
         """Names of the sibling tensors this scheme expects next to ``module.weight``."""

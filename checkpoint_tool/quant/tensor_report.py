@@ -337,7 +337,7 @@ class _NpyWriter:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.tmp = self.path.with_name(f".{self.path.name}.partial")
-        self.arr = None
+        self.arr: np.memmap | None = None
 
     def open(self, shape: tuple[int, ...]) -> None:
         try:

@@ -51,7 +51,8 @@ class KeyResolver:
         for a in spec.aliases:
             base = a.param if a.param is not None else a.module
             assert base is not None, "an alias names a module or a param"
-            for m in a.each or [None]:
+            each: list[str | None] = [*a.each] if a.each else [None]
+            for m in each:
                 source = base if m is None else base.replace("{m}", m)
                 also = tuple(x if m is None else x.replace("{m}", m) for x in a.also)
                 is_param = a.param is not None

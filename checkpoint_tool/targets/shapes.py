@@ -15,7 +15,7 @@ Example (Quark MXFP4 o_proj, hidden 7168, 128 heads x v_head 128, TP 8)::
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from checkpoint_tool.errors import AlignmentError, UsageError
 from checkpoint_tool.quant import roles
@@ -23,6 +23,9 @@ from checkpoint_tool.quant.roles import Role
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 from checkpoint_tool.targets.instance import LinearSite, MoeSite, VocabSite
 from checkpoint_tool.targets.spec import SchemeParams, TargetSpec
+
+if TYPE_CHECKING:
+    from checkpoint_tool.quant.storage import StorageFormat
 
 #: parameter suffix -> codec role for the weight and its scales, read off the one table
 #: (``quant.roles``): the suffixes the target specs name. Not the bare ``scale`` (DeepSeek-V4's
@@ -70,7 +73,7 @@ def _divide(n: int, tp: int, what: str) -> int:
     return n // tp
 
 
-def _role_shapes(codec: Any, logical: tuple[int, ...], what: str) -> dict[str, tuple[int, ...]]:
+def _role_shapes(codec: StorageFormat, logical: tuple[int, ...], what: str) -> dict[str, tuple[int, ...]]:
     try:
         return dict(codec.storage_shapes(logical))
     except Exception as exc:  # InputError from packed sizes
@@ -95,7 +98,7 @@ def linear_logical(site: LinearSite, tp: int) -> tuple[int, int]:
 
 
 def linear_shapes(
-    site: LinearSite, codec: Any, tp: int, params: Iterable[str]
+    site: LinearSite, codec: StorageFormat, tp: int, params: Iterable[str]
 ) -> dict[str, tuple[int, ...]]:
     """Per-rank storage shape of each of ``params`` of linear ``site``."""
     roles = _role_shapes(codec, linear_logical(site, tp), site.vllm)
@@ -120,7 +123,7 @@ def moe_intermediate(site: MoeSite, tp: int) -> int:
 def moe_shapes(
     site: MoeSite,
     spec: TargetSpec,
-    codec: Any,
+    codec: StorageFormat,
     tp: int,
     params: Iterable[str],
     per_expert: Iterable[str],

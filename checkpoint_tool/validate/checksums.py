@@ -18,7 +18,7 @@ import hashlib
 from pathlib import Path
 
 from checkpoint_tool.errors import CkptError
-from checkpoint_tool.report import Issue
+from checkpoint_tool.report import Issue, Severity
 from checkpoint_tool.validate.context import Unavailable, ValidationContext
 from checkpoint_tool.validate.report import CheckResult, CheckStatus
 
@@ -59,7 +59,7 @@ def load_manifest(path: Path):
         raise CkptError(f"{path}: not a readable ckpt manifest ({first})") from exc
 
 
-def _finding(file: str, message: str, severity: str = "error") -> Issue:
+def _finding(file: str, message: str, severity: Severity = "error") -> Issue:
     """A ``checksums`` finding about ``file``, e.g. ``_finding("config.json", "listed in the
     manifest but missing; ...")``."""
     return Issue(severity=severity, rule="checksums", file=file, message=message)

@@ -23,10 +23,10 @@ from collections.abc import Iterable
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from checkpoint_tool.model import PROJS
 from checkpoint_tool.report import Issue
 from checkpoint_tool.validate.context import Unavailable, ValidationContext
 
-PROJS = ("gate", "up", "down")
 #: above this many missing tensors in one layer, one summary finding replaces the list
 MAX_PER_LAYER = 8
 
@@ -42,7 +42,7 @@ def _warn(rule: str, message: str, tensor: str | None = None, file: str | None =
     return Issue(severity="warning", rule=rule, tensor=tensor, file=file, message=message)
 
 
-def _skip_sharded(ctx: ValidationContext) -> None:
+def skip_sharded(ctx: ValidationContext) -> None:
     if ctx.is_sharded_state:
         raise Unavailable(
             "vLLM sharded-state layout (per-rank engine parameter names); completeness and "
@@ -96,7 +96,7 @@ def relayed(ctx: ValidationContext, check_id: str) -> list[Issue]:
 
 def check_quant_config(ctx: ValidationContext) -> list[Issue]:
     """The quantization config is supported, consistent, and each of its name patterns is used."""
-    _skip_sharded(ctx)
+    skip_sharded(ctx)
     ctx.require_config()
     error = ctx.resolve_error()
     if error is not None:
@@ -213,7 +213,7 @@ def _layer_indices(names: Iterable[str], pattern: re.Pattern[str]) -> dict[int, 
 
 def check_layers_present(ctx: ValidationContext) -> list[Issue]:
     """Every decoder layer config.json declares has tensors (MTP layers: warn if absent)."""
-    _skip_sharded(ctx)
+    skip_sharded(ctx)
     facts = ctx.facts()
     n = int(facts.num_hidden_layers)
     found = _layer_indices(ctx.all_names, layer_pattern(facts))
@@ -228,7 +228,7 @@ def check_layers_present(ctx: ValidationContext) -> list[Issue]:
                 f"config.json says num_hidden_layers={n}: the export is incomplete",
             )
         )
-    n_mtp = int(getattr(facts, "num_mtp_layers", 0) or 0)
+    n_mtp = facts.num_mtp_layers
     nextn = [i for i in range(n, n + n_mtp) if i not in found]
     if nextn and not any(n_.startswith("mtp.") for n_ in ctx.all_names):
         out.append(
@@ -267,7 +267,7 @@ def expected_expert_weights(layer, names: set[str]) -> list[str]:
 
 def check_experts_present(ctx: ValidationContext) -> list[Issue]:
     """Every routed expert projection and every shared expert of each MoE layer is stored."""
-    _skip_sharded(ctx)
+    skip_sharded(ctx)
     facts = ctx.facts()
     names = ctx.all_names
     out: list[Issue] = []
@@ -295,7 +295,7 @@ def _missing_findings(layer, missing: list[str]) -> list[Issue]:
 
 def check_scales_present(ctx: ValidationContext) -> list[Issue]:
     """Every quantized weight has the scale tensors its scheme needs."""
-    _skip_sharded(ctx)
+    skip_sharded(ctx)
     return relayed(ctx, "scales_present")
 
 
@@ -306,11 +306,11 @@ def _unexplained(ctx: ValidationContext, name: str, message: str) -> Issue:
 
 def check_tensors_explained(ctx: ValidationContext) -> list[Issue]:
     """No tensor config.json cannot explain: extra layers or experts, orphan or stray scales."""
-    _skip_sharded(ctx)
+    skip_sharded(ctx)
     facts = ctx.facts()
     names = ctx.all_names
     out: list[Issue] = []
-    n_layers = int(facts.num_hidden_layers) + int(getattr(facts, "num_mtp_layers", 0) or 0)
+    n_layers = facts.num_hidden_layers + facts.num_mtp_layers
     pattern = layer_pattern(facts)
     for name in sorted(names):
         m = pattern.search(name)

@@ -21,12 +21,16 @@ import os
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpoint_tool.catalog.catalog import INDEX_NAME, Catalog, TensorEntry
 from checkpoint_tool.catalog.paths import safe_relative
-from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES
+from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES, FileHeader
 from checkpoint_tool.errors import CkptError, InputError
+
+if TYPE_CHECKING:
+    from checkpoint_tool.model import ModelFacts
+    from checkpoint_tool.quant.resolve import ResolvedCatalog
 
 #: vLLM ``--load-format sharded_state`` file names (no index, per-rank parameter names)
 SHARDED_STATE_PREFIXES = ("model-rank-", "model-pp-")
@@ -117,7 +121,7 @@ class ValidationContext:
     def catalog(self) -> Catalog:
         """A header-only catalog of the counted files (index placement wins on duplicates)."""
         tensors: dict[str, TensorEntry] = {}
-        headers = {}
+        headers: dict[str, FileHeader] = {}
         for rel in self.counted_files:
             scan = self.scans[rel]
             for name, th in scan.entries.items():
@@ -173,7 +177,7 @@ class ValidationContext:
         return self.config
 
     @cached_property
-    def _resolved(self) -> Any:
+    def _resolved(self) -> ResolvedCatalog | Unavailable | CkptError:
         try:
             from checkpoint_tool.quant.resolve import resolve_catalog
         except ImportError as exc:
@@ -190,7 +194,7 @@ class ValidationContext:
         r = self._resolved
         return r if isinstance(r, CkptError) else None
 
-    def resolved(self) -> Any:
+    def resolved(self) -> ResolvedCatalog:
         """``ResolvedCatalog`` of the counted files; ``Unavailable`` if it cannot be built."""
         self.require_config()
         r = self._resolved
@@ -201,7 +205,7 @@ class ValidationContext:
         return r
 
     @cached_property
-    def _facts(self) -> Any:
+    def _facts(self) -> ModelFacts | Unavailable:
         try:
             from checkpoint_tool.model import model_facts
         except ImportError as exc:
@@ -212,7 +216,7 @@ class ValidationContext:
         except CkptError as exc:
             return Unavailable(f"config.json does not describe the model: {exc.message}")
 
-    def facts(self) -> Any:
+    def facts(self) -> ModelFacts:
         """``ModelFacts`` from config.json and the tensor names; ``Unavailable`` otherwise."""
         self.require_config()
         f = self._facts
@@ -267,7 +271,8 @@ def load_context(source: str | os.PathLike[str], options: ValidateOptions) -> Va
                 f"{root}: no *.safetensors files and no usable {INDEX_NAME}{hint}; "
                 "give a safetensors checkpoint folder"
             )
-    files = sorted({*ctx.referenced, *ctx.on_disk} | ({ctx.single_file} - {None}))
+    named = [ctx.single_file] if ctx.single_file is not None else []
+    files = sorted({*ctx.referenced, *ctx.on_disk, *named})
     for rel in files:
         if (root / rel).is_file():
             ctx.scans[rel] = scan_file(root, rel)

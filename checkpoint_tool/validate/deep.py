@@ -84,7 +84,9 @@ def check_deep_runtime(ctx: ValidationContext) -> list[Issue]:
         )
     out: list[Issue] = []
     for index in picked:
-        prefix = facts.layer(index).prefix
+        layer = facts.layer(index)
+        assert layer is not None  # picked from facts.moe_layers
+        prefix = layer.prefix
         try:
             out.extend(_run_layer(ctx, view, routing, index, prefix))
         except CkptError as exc:

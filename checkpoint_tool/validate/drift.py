@@ -16,17 +16,20 @@ Example finding::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.report import Issue
 from checkpoint_tool.validate.context import Unavailable, ValidationContext
 
+if TYPE_CHECKING:
+    from checkpoint_tool.policy.report import MoeLayerPolicy, PolicyReport
+
 #: explanatory fields: their text may change between versions without a decision changing
 WORDING_FIELDS = {"rule", "reason", "reason_template", "alignment_from", "source"}
 
 
-def load_expected_policy(path: Path) -> Any:
+def load_expected_policy(path: Path) -> PolicyReport:
     """Parse ``policy.json`` as a ``PolicyReport``; ``UsageError`` (exit 2) if it is not one."""
     from pydantic import ValidationError
 
@@ -44,7 +47,7 @@ def load_expected_policy(path: Path) -> Any:
         ) from exc
 
 
-def decisions(layer: Any) -> dict[str, Any]:
+def decisions(layer: MoeLayerPolicy) -> dict[str, Any]:
     """The comparable decisions of one ``MoeLayerPolicy``, flattened to dotted keys."""
     return _flatten(layer.model_dump(mode="json"))
 
@@ -63,7 +66,7 @@ def _flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def compare_policies(expected: Any, actual: Any) -> list[Issue]:
+def compare_policies(expected: PolicyReport, actual: PolicyReport) -> list[Issue]:
     """Findings for each layer added, removed or decided differently."""
     out: list[Issue] = []
     exp_layers = {m.layer: m for m in expected.moe_layers}
@@ -71,7 +74,8 @@ def compare_policies(expected: Any, actual: Any) -> list[Issue]:
     for idx in sorted(set(exp_layers) | set(act_layers)):
         e, a = exp_layers.get(idx), act_layers.get(idx)
         if a is None or e is None:
-            present = e or a
+            present = e if e is not None else a
+            assert present is not None
             what = "is no longer a MoE layer" if a is None else "is a new MoE layer"
             out.append(_issue(present.prefix, f"MoE layer {idx} {what} (expected policy differs)"))
             continue

@@ -1,6 +1,7 @@
 """The engine verdict in ``ckpt validate``: does the target engine load this checkpoint?
 
-The same engine model as ``ckpt inspect --target`` (policy + ``build_engine_report``), so a
+The same engine model as ``ckpt inspect --target`` (the policy decision +
+``build_engine_report``), so a
 checkpoint that inspect says the target refuses fails validate too: a CI gate. The target is
 ``--target``, else the one ``ckpt convert`` recorded in config.json (``ckpt.target``), else
 the default (the newest stock vLLM on CUDA); the TP size is ``ckpt.tp`` (1 for checkpoints
@@ -30,7 +31,8 @@ def engine_target(ctx: ValidationContext) -> tuple[str | None, int]:
     meta = (ctx.config or {}).get("ckpt")
     meta = meta if isinstance(meta, dict) else {}
     target = ctx.options.target or meta.get("target")
-    tp = meta.get("tp") if isinstance(meta.get("tp"), int) and meta.get("tp") > 0 else 1
+    recorded = meta.get("tp")
+    tp = recorded if isinstance(recorded, int) and recorded > 0 else 1
     return (target if isinstance(target, str) else None), tp
 
 
@@ -62,24 +64,27 @@ def check_engine_loads(ctx: ValidationContext) -> list[Issue]:
     if broken:
         raise Unavailable(f"the files are broken first ({', '.join(broken)}; see those rules)")
     resolved = ctx.resolved()
-    from checkpoint_tool.policy import build_policy
-    from checkpoint_tool.policy.engine import build_engine_report
+    from checkpoint_tool.policy import decide_policy
+    from checkpoint_tool.policy.engine.build import build_engine_report
 
     target, tp = engine_target(ctx)
     catalog = ctx.catalog
     try:
-        policy = build_policy(catalog, tp=tp, resolved=resolved, target=target)
-        report = build_engine_report(catalog, policy, target, tp)
+        decision = decide_policy(catalog, tp=tp, resolved=resolved, target=target)
+        report = build_engine_report(catalog, decision, target, tp)
     except CkptError as exc:
         raise Unavailable(f"the engine verdict cannot be built: {exc.message}") from None
-    return [
-        Issue(
-            severity=f.severity if f.severity != "info" else "info",
-            rule="engine_loads",
-            tensor=f.tensors[0] if f.tensors else (f.modules[0] if f.modules else None),
-            message=f"{report.target} (tp {tp}): [{f.rule}] {f.message}"
-            + (f' (engine: "{f.upstream}")' if f.upstream else ""),
+    out: list[Issue] = []
+    for f in report.findings:
+        if f.severity == "info" or f.rule in REPORTED_ELSEWHERE:
+            continue
+        out.append(
+            Issue(
+                severity=f.severity,
+                rule="engine_loads",
+                tensor=f.tensors[0] if f.tensors else (f.modules[0] if f.modules else None),
+                message=f"{report.target} (tp {tp}): [{f.rule}] {f.message}"
+                + (f' (engine: "{f.upstream}")' if f.upstream else ""),
+            )
         )
-        for f in report.findings
-        if f.severity in ("error", "warning") and f.rule not in REPORTED_ELSEWHERE
-    ]
+    return out

@@ -27,7 +27,7 @@ import numpy as np
 from checkpoint_tool.catalog.catalog import Catalog, TensorEntry
 from checkpoint_tool.catalog.reader import entry_storage_shape
 from checkpoint_tool.quant.roles import SCALE_ROLES
-from checkpoint_tool.report import Issue
+from checkpoint_tool.report import Issue, Severity
 from checkpoint_tool.validate.context import Unavailable, ValidationContext
 
 E8M0_DTYPES = ("U8", "F8_E8M0")
@@ -262,5 +262,5 @@ def check_weight_values(ctx: ValidationContext) -> list[Issue]:
     return out
 
 
-def _issue(severity: str, rule: str, entry: TensorEntry, message: str) -> Issue:
+def _issue(severity: Severity, rule: str, entry: TensorEntry, message: str) -> Issue:
     return Issue(severity=severity, rule=rule, file=entry.file, tensor=entry.name, message=message)

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from checkpoint_tool.model import PROJS
 from checkpoint_tool.report import Issue
-from checkpoint_tool.validate.completeness import PROJS, _skip_sharded, relayed
+from checkpoint_tool.validate.completeness import relayed, skip_sharded
 from checkpoint_tool.validate.context import Unavailable, ValidationContext
 
 
@@ -40,19 +41,19 @@ def _issue(ctx: ValidationContext, name: str, message: str) -> Issue:
 
 def check_weight_dtype(ctx: ValidationContext) -> list[Issue]:
     """Each weight is stored in a dtype its scheme allows (packed FP4 as U8, FP8 as F8_E4M3)."""
-    _skip_sharded(ctx)
+    skip_sharded(ctx)
     return relayed(ctx, "weight_dtype")
 
 
 def check_scale_dtype(ctx: ValidationContext) -> list[Issue]:
     """Each scale is stored in its scheme's dtype (E8M0 as U8/F8_E8M0, float as F32/BF16)."""
-    _skip_sharded(ctx)
+    skip_sharded(ctx)
     return relayed(ctx, "scale_dtype")
 
 
 def check_scale_shape(ctx: ValidationContext) -> list[Issue]:
     """Each scale has the shape the codec derives from its weight's logical (unpacked) shape."""
-    _skip_sharded(ctx)
+    skip_sharded(ctx)
     return relayed(ctx, "scale_shape")
 
 
@@ -72,7 +73,7 @@ def _logical(ctx: ValidationContext, name: str) -> tuple[int, ...]:
 
 def check_expert_shapes(ctx: ValidationContext) -> list[Issue]:
     """Within each MoE layer, experts agree: same dtype and shape, hidden dims = hidden_size."""
-    _skip_sharded(ctx)
+    skip_sharded(ctx)
     facts = ctx.facts()
     tensors = ctx.catalog.tensors
     hidden = int(facts.hidden_size)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import pytest
 
 from checkpoint_tool.catalog import open_local
@@ -46,8 +49,8 @@ def test_dst_that_is_a_file_is_refused(setup, tmp_path):
 def test_overwrite_replaces_a_previous_output_and_removes_its_stale_files(setup, tmp_path):
     _, plan, cat = setup
     dst = tmp_path / "dst"
-    bigger = plan.model_copy(deep=True)
-    bigger.files.append(bigger.files[0].model_copy(update={"name": "model-extra.safetensors",
+    bigger = copy.deepcopy(plan)
+    bigger.files.append(dataclasses.replace(bigger.files[0], **{"name": "model-extra.safetensors",
                                                           "tensors": bigger.files[0].tensors[:1]}))  # fmt: skip
     bigger.files[0].tensors = bigger.files[0].tensors[1:]
     execute_plan(bigger, cat, dst, progress=False)

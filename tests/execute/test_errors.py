@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import errno
 import os
 import resource
@@ -184,7 +185,7 @@ def test_truncated_source_shard(setup, tmp_path):
 
 def test_inconsistent_plan_fails_before_dst_is_touched(setup, tmp_path):
     _, plan, cat = setup
-    bad = plan.model_copy(deep=True)
+    bad = copy.deepcopy(plan)
     bad.files[1].tensors.append(
         OutputTensor(name="x", dtype="BF16", shape=[3], pieces=[Piece(source="model.norm.weight")])
     )
@@ -206,7 +207,7 @@ def test_inconsistent_plan_fails_before_dst_is_touched(setup, tmp_path):
 )
 def test_plan_level_errors(setup, tmp_path, mutate, message):
     _, plan, cat = setup
-    bad = plan.model_copy(deep=True)
+    bad = copy.deepcopy(plan)
     mutate(bad)
     with pytest.raises(InputError, match=message) as err:
         execute_plan(bad, cat, tmp_path / "dst", progress=False)

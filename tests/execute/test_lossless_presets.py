@@ -16,7 +16,8 @@ from checkpoint_tool.catalog import open_local, read_tensor
 from checkpoint_tool.execute import execute_plan
 from checkpoint_tool.model import model_facts
 from checkpoint_tool.plan.build import plan_for_catalog
-from checkpoint_tool.plan.model import Plan, PlanOptions
+from checkpoint_tool.plan.model import PlanOptions
+from checkpoint_tool.plan.serialize import plan_compact_json, plan_load
 from checkpoint_tool.synth import PRESETS
 
 from .helpers import INT_VIEW, expected_bytes
@@ -131,4 +132,4 @@ def test_fse_slots_hold_exactly_the_shared_expert_chunks(converted, preset, tp, 
 def test_plan_round_trips_through_json(converted):
     """The executor runs what `ckpt plan --format json` prints."""
     _, plan, _ = converted("quark-hybrid", 2)
-    assert Plan.model_validate_json(plan.model_dump_json()) == plan
+    assert plan_load(plan_compact_json(plan)) == plan

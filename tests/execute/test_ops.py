@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -86,7 +88,7 @@ def test_random_plans_stream_the_reference_bytes(tmp_path_factory, case):
     probe = OutputTensor(name="o", dtype=dtype, shape=[], pieces=pieces, combine=combine, axis=axis)
     ref = expected_bytes(probe, {"t": src})
     out_shape = _reference_shape(probe, src)
-    out = probe.model_copy(update={"shape": out_shape})
+    out = dataclasses.replace(probe, shape=out_shape)
     assert stream_bytes(cat, out, chunk, capacity) == ref
 
 

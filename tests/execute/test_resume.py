@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import signal
@@ -121,7 +122,7 @@ def test_resume_refuses_a_different_plan(reference, tmp_path):
     root, plan, _, points = reference
     dst = tmp_path / "dst"
     run_killed(root, plan, dst, points // 2)
-    other = plan.model_copy(update={"recipe": "another"})
+    other = dataclasses.replace(plan, recipe="another")
     with pytest.raises(OutputError, match="different plan"):
         execute_plan(other, open_local(root), dst, progress=False, resume=True)
 

@@ -2,8 +2,8 @@
 
 The modules that used to look fields up on their own (model facts, recipe ``when``, target
 spec names, config edits) must read the same value from a wrapper whose top level disagrees
-with its ``text_config``; before issue 17 the recipe rules, the target specs and the config
-edit read the top level first while the model facts read ``text_config``.
+with its ``text_config`` (the recipe rules, the target specs and the config edit once read
+the top level first while the model facts read ``text_config``).
 """
 
 from __future__ import annotations
@@ -126,8 +126,7 @@ def test_geometry_reads_the_shared_width_where_the_model_facts_do():
     width comes from 256 (plan.geometry reads through config_field)."""
     from checkpoint_tool.model.facts import MoeLayerFacts
     from checkpoint_tool.plan.geometry import plan_geometry
-    from checkpoint_tool.policy.decision import LayerDecision, PolicyDecision
-    from checkpoint_tool.policy.report import FseDecision
+    from checkpoint_tool.policy.decision import FseDecision, LayerDecision, PolicyDecision
 
     wrapper = {
         "shared_expert_intermediate_size": 999,

@@ -1,4 +1,4 @@
-"""Every model family gives the facts it gave before the families became data (issue 17).
+"""Every model family gives the facts its per-family builder gave, now that families are data.
 
 ``facts_snapshot.json`` was written by the per-family builders (``model/families/
 deepseek_v3.py`` & co., before they were replaced by ``families_data/families.yaml``) over

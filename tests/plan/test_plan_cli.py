@@ -9,14 +9,14 @@ from main_run import run_main as _run
 
 from checkpoint_tool.cli.options import parse_layers
 from checkpoint_tool.errors import UsageError
-from checkpoint_tool.plan.model import Plan
+from checkpoint_tool.plan.serialize import plan_load
 
 
 def test_plan_json_is_the_whole_plan(monkeypatch, capsys, synth_ckpt):
     src = synth_ckpt("quark-hybrid", moe_intermediate=160)
     code, out, _ = _run(monkeypatch, capsys, "plan", str(src), "--tp", "2", "--format", "json")
     assert code == 0
-    plan = Plan.model_validate(json.loads(out))
+    plan = plan_load(json.loads(out))
     assert plan.options.tp == 2 and plan.summary.padded_intermediate_size == 256
     assert plan.tensor_count() == plan.summary.output_tensors
 

@@ -10,6 +10,7 @@ from plan_helpers import outputs, plan_of
 
 from checkpoint_tool.errors import InputError, UsageError
 from checkpoint_tool.plan.model import OutputTensor, Piece
+from checkpoint_tool.plan.serialize import plan_dump
 from checkpoint_tool.plan.sharding import natural_key, parse_size, shard
 from checkpoint_tool.recipes import bundled_dir
 
@@ -158,4 +159,4 @@ def test_planned_files_respect_max_shard_size(synth_ckpt):
     for f in plan.files:
         assert f.nbytes <= 400_000 or len(f.tensors) == 1
     assert sum(s.nbytes for s in plan.summary.files) == plan.summary.output_bytes
-    json.dumps(plan.model_dump(mode="json"))
+    json.dumps(plan_dump(plan))

@@ -1,5 +1,5 @@
 """Outputs name their source by content, never by a local path: the same source converted
-from two folders gives byte-identical outputs, manifest included (issue 14)."""
+from two folders gives byte-identical outputs, manifest included."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.cli.app import main
-from checkpoint_tool.plan.build import source_label
+from checkpoint_tool.plan.source_label import source_label
 
 
 def _convert(monkeypatch, src: Path, dst: Path) -> None:

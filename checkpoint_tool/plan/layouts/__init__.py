@@ -6,8 +6,8 @@ Each layout is a module here exposing::
 
 ``planned`` holds HF-style output tensors (per-expert tensors, renamed, FSE-redirected and
 padded to the padded intermediate size, whole: not TP-sliced). ``hf`` groups them into
-balanced shards; ``vllm-sharded`` (module ``vllm_sharded``, issue 9) will slice them per TP
-rank and stack experts into vLLM's parameters, setting ``OutputFile.rank``.
+balanced shards; ``vllm-sharded`` (module ``vllm_sharded``) slices them per TP rank and
+stacks experts into vLLM's parameters, setting ``OutputFile.rank``.
 
 Example::
 

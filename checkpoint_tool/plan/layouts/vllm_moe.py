@@ -25,13 +25,14 @@ Example (Quark MXFP4, 8 routed + 1 FSE slot, I' = 128, H = 256, TP 2, rank 0)::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from checkpoint_tool.errors import InputError, UsageError
 from checkpoint_tool.model import MoeLayerFacts
 from checkpoint_tool.plan.layouts.narrow import narrow_shaped, piece_shape
 from checkpoint_tool.plan.layouts.vllm_params import Param, ParamBuilder
-from checkpoint_tool.plan.model import DroppedTensor, OutputTensor, Piece
+from checkpoint_tool.plan.model import DroppedTensor, OutputTensor, Piece, Region
+from checkpoint_tool.quant.storage import StorageFormat
 from checkpoint_tool.targets.instance import MoeSite
 from checkpoint_tool.targets.shapes import (
     moe_intermediate,
@@ -44,9 +45,8 @@ if TYPE_CHECKING:
     from checkpoint_tool.quant.scheme import Scheme
 
 PER_EXPERT_RULE = "vllm_sharded_per_expert"
-#: (codec id, logical shape, dim, rank) -> storage regions; codecs live as long as the plan
-#: context, so the cache is cleared per layer (moe_params)
-_REGIONS: dict[tuple, dict] = {}
+#: (codec, logical shape, dim, rank) -> storage regions, shared by the experts of one layer
+RegionCache = dict[tuple[StorageFormat, tuple[int, ...], int, int], dict[str, Region | None]]
 
 
 def moe_params(b: ParamBuilder, site: MoeSite, layer: MoeLayerFacts) -> list[Param]:
@@ -57,7 +57,7 @@ def moe_params(b: ParamBuilder, site: MoeSite, layer: MoeLayerFacts) -> list[Par
             "tensors; --layout vllm-sharded needs one tensor per expert and projection (vLLM "
             "quantizes the fused experts it builds for this config): use --layout hf"
         )
-    _REGIONS.clear()
+    regions: RegionCache = {}
     slots = range(site.slots)
     modules = {
         (e, proj): layer.routed_module(e, proj) for e in slots for proj in ("gate", "up", "down")
@@ -73,11 +73,15 @@ def moe_params(b: ParamBuilder, site: MoeSite, layer: MoeLayerFacts) -> list[Par
     params = required(sp, scheme, "moe")
     for (_, proj), module in modules.items():
         template = b.spec.moe.w2 if proj == "down" else b.spec.moe.w13
+
+        def key_of(p: str, template: str = template) -> str:
+            return b.keys.key(site.vllm, template.format(param=p))
+
         b.check_params(
             module,
             b.index.module(module),
             params,
-            lambda p, template=template: b.keys.key(site.vllm, template.format(param=p)),
+            key_of,
             scheme,
             site,
             "routed experts",
@@ -92,8 +96,12 @@ def moe_params(b: ParamBuilder, site: MoeSite, layer: MoeLayerFacts) -> list[Par
         scalar = not role_shapes.get(role, ())
         w13_projs = ("up",) if scalar and p in sp.per_expert else ("gate", "up")
         w13, w2 = b.spec.moe.w13.format(param=p), b.spec.moe.w2.format(param=p)
-        out.append(_param(b, site, modules, logical, codec, p, role, w13_projs, shapes[w13]))
-        out.append(_param(b, site, modules, logical, codec, p, role, ("down",), shapes[w2]))
+        out.append(
+            _param(b, site, modules, logical, codec, p, role, w13_projs, shapes[w13], regions)
+        )
+        out.append(
+            _param(b, site, modules, logical, codec, p, role, ("down",), shapes[w2], regions)
+        )
     return out
 
 
@@ -114,7 +122,9 @@ def _layer_scheme(b: ParamBuilder, site: MoeSite, modules: dict) -> Scheme:
     return first[0]
 
 
-def _logical(b: ParamBuilder, codec: Any, site: MoeSite, module: str, proj: str) -> tuple:
+def _logical(
+    b: ParamBuilder, codec: StorageFormat, site: MoeSite, module: str, proj: str
+) -> tuple[int, ...]:
     weight = b.index.module(module)["weight"]
     logical = b.logical(codec, weight)
     want = (site.hidden, site.intermediate) if proj == "down" else (site.intermediate, site.hidden)
@@ -128,7 +138,14 @@ def _logical(b: ParamBuilder, codec: Any, site: MoeSite, module: str, proj: str)
 
 
 def _slice(
-    b: ParamBuilder, codec: Any, role: str, logical: tuple, dim: int, rank: int, t: OutputTensor
+    b: ParamBuilder,
+    codec: StorageFormat,
+    role: str,
+    logical: tuple[int, ...],
+    dim: int,
+    rank: int,
+    t: OutputTensor,
+    cache: RegionCache,
 ) -> tuple[Piece, tuple[int, ...]]:
     """Rank ``rank``'s share of intermediate dim ``dim`` of one expert tensor: one piece, and
     its storage shape."""
@@ -140,14 +157,14 @@ def _slice(
     piece = t.pieces[0]
     entry = b.entries[piece.source]
     region = None
-    if role in getattr(codec, "roles", ()):
-        key = (id(codec), logical, dim, rank)
-        regions = _REGIONS.get(key)
+    if role in codec.roles:
+        key = (codec, logical, dim, rank)
+        regions = cache.get(key)
         if regions is None:  # the same for every expert of a layer: compute once
             size = logical[dim] // b.tp
             regions = codec.storage_regions(logical, dim, rank * size, (rank + 1) * size,
                                             name=t.name)  # fmt: skip
-            _REGIONS[key] = regions
+            cache[key] = regions
         region = regions.get(role)
     if region is None:
         return piece, tuple(piece_shape(piece, entry))
@@ -176,11 +193,12 @@ def _param(
     site: MoeSite,
     modules: dict,
     logical: dict,
-    codec: Any,
+    codec: StorageFormat,
     p: str,
     role: str,
     projs: tuple[str, ...],
     want: tuple,
+    regions: RegionCache,
 ) -> Param:
     """``w13_<p>`` (``projs`` gate and up, or up alone: rows) or ``w2_<p>`` (down: columns),
     every expert slot stacked."""
@@ -195,7 +213,7 @@ def _param(
         for proj in projs
     ]
     what = f"{site.slots} experts x " + ("down columns" if down else "[gate | up] rows")
-    return _stacked(b, site, key, items, codec, role, 1 if down else 0, want, what)
+    return _stacked(b, site, key, items, codec, role, 1 if down else 0, want, what, regions)
 
 
 def _stacked(
@@ -203,16 +221,17 @@ def _stacked(
     site: MoeSite,
     key: str,
     items: list[tuple[OutputTensor, tuple]],
-    codec: Any,
+    codec: StorageFormat,
     role: str,
     dim: int,
     want: tuple,
     what: str,
+    regions: RegionCache,
 ) -> Param:
     """Each rank: the rank's share of ``dim`` of every item, stacked (one piece per item)."""
     ranks = []
     for r in range(b.tp):
-        sliced = [_slice(b, codec, role, logical, dim, r, t) for t, logical in items]
+        sliced = [_slice(b, codec, role, logical, dim, r, t, regions) for t, logical in items]
         pieces = [piece for piece, _ in sliced]
         shapes = [shape for _, shape in sliced]
         ops = [f"vllm routed experts rank {r}/{b.tp}: {what}"]

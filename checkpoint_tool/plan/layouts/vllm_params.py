@@ -1,17 +1,17 @@
-"""Per-rank engine parameters from planned tensors: linears, vocab tables, plain params, buffers.
+"""Per-rank engine parameters from planned tensors: the builder, vocab tables, plain params,
+buffers.
 
-Each builder takes one site of the target spec (``checkpoint_tool.targets.instance``), finds
-the planned (HF-layout) tensors it is made of, checks them against the spec (every parameter
-the quant method registers is present, nothing else, sizes as config.json says) and emits one
-``OutputTensor`` per TP rank: the rank's storage slice of each merged shard (codec regions),
-concatenated in shard order; per-tensor values become one entry per shard. Routed experts:
+``ParamBuilder`` holds what every site needs (the planned index, the target spec, the key
+resolver, the TP size) and the shared checks: every parameter the quant method registers is
+present and nothing else, and each output's storage shape is the spec's for config.json's
+sizes. Each site method takes one site of the target spec (``checkpoint_tool.targets.instance``)
+and emits one ``OutputTensor`` per TP rank. Linears: ``vllm_linear``; routed experts:
 ``vllm_moe``.
 
-Example (column-parallel ``q_b_proj``, rank 1 of 2)::
+Example (the embedding, rank 1 of 2, vocab 129280 padded to 64-row multiples)::
 
-    out = builder.linear(site)      # {"model.layers.3.self_attn.mla_attn.q_b_proj.weight": [r0, r1], ...}
-    out[...][1].pieces
-    # [Piece(source='model.layers.3.self_attn.q_b_proj.weight', slices=[Region(dim=0, ...)])]
+    params = builder.vocab(site)
+    params[0].ranks[1].ops   # ['vocab rows [64640, 129280) of 129280, padded to 64640 per rank']
 """
 
 from __future__ import annotations
@@ -20,22 +20,19 @@ import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from checkpoint_tool.catalog.safetensors_format import element_bytes, header_shape, storage_shape
-from checkpoint_tool.errors import AlignmentError, InputError
+from checkpoint_tool.errors import InputError
 from checkpoint_tool.plan.layouts.narrow import narrow, pieces_shape
-from checkpoint_tool.plan.model import OutputTensor, Pad, Piece, Region
+from checkpoint_tool.plan.model import OutputTensor, Pad, Piece
 from checkpoint_tool.quant.scheme import Scheme
-from checkpoint_tool.targets.instance import BufferSite, LinearSite, ParamSite, VocabSite
+from checkpoint_tool.quant.storage import StorageFormat
+from checkpoint_tool.targets.instance import BufferSite, LinearSite, MoeSite, ParamSite, VocabSite
 from checkpoint_tool.targets.shapes import (
     ROLE_BY_SUFFIX,
-    linear_logical,
-    linear_shapes,
-    required,
-    scheme_params,
     vocab_shape,
 )
 
@@ -83,7 +80,7 @@ class ParamBuilder:
         params: Sequence[str],
         key_of: Callable[[str], str],
         scheme: Scheme,
-        site: Any,
+        site: LinearSite | MoeSite,
         what: str,
     ) -> None:
         """``module`` has a tensor for each parameter vLLM registers (``params``; ``key_of``
@@ -99,8 +96,8 @@ class ParamBuilder:
                 "recipe rule or fix the quantization config"
             )
 
-    def logical(self, codec: Any, weight: OutputTensor) -> tuple[int, ...]:
-        return tuple(codec.logical_shape(storage_shape(weight.dtype, weight.shape)))
+    def logical(self, codec: StorageFormat, weight: OutputTensor) -> tuple[int, ...]:
+        return tuple(codec.logical_shape(storage_shape(weight.dtype, tuple(weight.shape))))
 
     def tensor(
         self,
@@ -144,181 +141,6 @@ class ParamBuilder:
             layer=layer,
         )
 
-    # -- linears ------------------------------------------------------------------------------
-    def linear(self, site: LinearSite) -> list[Param]:
-        shards = []
-        for hf, out in site.shards:
-            tensors = self.index.module(hf)
-            if "weight" not in tensors:
-                raise self.missing(f"{hf}.weight", self.keys.key(site.vllm, "weight"), site.cite)
-            shards.append((hf, out, tensors))
-        schemes = [self.index.scheme(t["weight"]) for _, _, t in shards]
-        scheme = schemes[0]
-        # vLLM deep-compares shard specs (quark.py QuarkConfig._find_matched_config)
-        if any(s.producer_identity() != scheme.producer_identity() for s in schemes[1:]):
-            names = ", ".join(
-                f"{hf} ({s.short()})" for (hf, _, _), s in zip(shards, schemes, strict=True)
-            )
-            raise InputError(
-                f"{self.index.ctx.catalog.root}: vLLM merges {names} into {site.vllm}, which needs "
-                "one quantization scheme for all of them (vLLM refuses the model too)"
-            )
-        if site.quant == "never" and scheme.quantized:
-            raise InputError(
-                f"{self.index.ctx.catalog.root}: {site.shards[0][0]} is stored {scheme.short()} "
-                f"but vLLM builds {site.vllm} without quantization ({site.cite}); dequantize it "
-                "first or use --layout hf"
-            )
-        params = required(scheme_params(self.spec, scheme, site.vllm), scheme, "linear")
-        for hf, _, tensors in shards:
-            self.check_params(
-                hf, tensors, params, lambda p: self.keys.key(site.vllm, p), scheme, site, site.vllm
-            )
-        codec = self.index.ctx.codec(scheme)
-        logicals = []
-        for hf, out, tensors in shards:
-            logical = self.logical(codec, tensors["weight"])
-            if logical[-2:] != (out, site.in_):
-                raise InputError(
-                    f"{self.index.ctx.catalog.root}: {hf}.weight has logical shape "
-                    f"{list(logical)}, config.json implies {[out, site.in_]} for {site.vllm}; "
-                    "the checkpoint and its config disagree"
-                )
-            logicals.append(logical)
-        self._check_merge(site, codec, logicals)
-        shapes = linear_shapes(site, codec, self.tp, params)
-        role_shapes = codec.storage_shapes(linear_logical(site, self.tp))
-        result = []
-        for p in params:
-            tensors_p = [self.index.take(f"{hf}.{p}") for hf, _, _ in shards]
-            role = self.index.role(tensors_p[0])
-            scalar = not role_shapes.get(role, ())
-            name = self.keys.key(site.vllm, p)
-            ranks = [
-                self._linear_rank(
-                    site, name, codec, role, scalar, tensors_p, logicals, shapes[p], r
-                )
-                for r in range(self.tp)
-            ]
-            result.append(
-                Param(
-                    name,
-                    ranks,
-                    [t.name for t in tensors_p],
-                    padded=any(self.index.is_padded(t.name) for t in tensors_p),
-                )
-            )
-        if site.bias:
-            result.append(self._bias(site))
-        return result
-
-    def _bias(self, site: LinearSite) -> Param:
-        """``bias`` of a linear: each shard's vector, the rank's rows of it (column-parallel),
-        concatenated in shard order (vLLM's QKVParallelLinear / MergedColumnParallelLinear
-        weight_loader on ``bias``)."""
-        if site.parallel == "row":
-            raise InputError(f"target spec: a row-parallel bias ({site.vllm}) is not modelled")
-        name = self.keys.key(site.vllm, "bias")
-        tensors = []
-        for hf, out in site.shards:
-            if self.index.get(f"{hf}.bias") is None:
-                raise self.missing(f"{hf}.bias", name, site.cite)
-            tensor = self.index.take(f"{hf}.bias")
-            if self.index.scheme(tensor).quantized or list(tensor.shape) != [out]:
-                raise InputError(
-                    f"{self.index.ctx.catalog.root}: {hf}.bias is {tensor.dtype}{tensor.shape}; "
-                    f"vLLM's {name} needs an unquantized [{out}] per shard"
-                )
-            tensors.append((out, tensor))
-        split = site.parallel == "column"
-        ranks = []
-        for r in range(self.tp):
-            pieces: list[Piece] = []
-            for out, tensor in tensors:
-                if split:
-                    size = out // self.tp
-                    pieces.extend(narrow(tensor, self.entries, 0, r * size, (r + 1) * size))
-                else:
-                    pieces.extend(tensor.pieces)
-            want = [sum(out // self.tp if split else out for out, _ in tensors)]
-            ops = [f"vllm {site.parallel} rank {r}/{self.tp}", "bias"]
-            ranks.append(
-                self.tensor(name, tensors[0][1], pieces, "concat", 0, want, ops, site.layer)
-            )
-        return Param(name, ranks, [t.name for _, t in tensors])
-
-    def _check_merge(self, site: LinearSite, codec: Any, logicals: list[tuple[int, ...]]) -> None:
-        """Merged shards concatenate their scales: every shard but the last must end on a
-        scale block boundary (vLLM validate_fp8_block_shape requires the same)."""
-        for (hf, out), logical in zip(site.shards[:-1], logicals[:-1], strict=True):
-            per_rank = out // self.tp if site.parallel == "column" else out
-            unit = codec.alignment(0, logical)
-            if per_rank % unit:
-                raise AlignmentError(
-                    f"{hf}: {per_rank} rows per rank are not a multiple of {unit} "
-                    f"({codec.label} scale blocks), so its scales cannot be concatenated into "
-                    f"{site.vllm}; vLLM refuses this layout too"
-                )
-
-    def _linear_rank(
-        self,
-        site: LinearSite,
-        name: str,
-        codec: Any,
-        role: str,
-        scalar: bool,
-        tensors: list[OutputTensor],
-        logicals: list[tuple[int, ...]],
-        want: tuple[int, ...],
-        rank: int,
-    ) -> OutputTensor:
-        pieces: list[Piece] = []
-        axis = 0
-        for (_hf, _out), tensor, logical in zip(site.shards, tensors, logicals, strict=True):
-            if scalar:
-                if (
-                    math.prod(storage_shape(tensor.dtype, tensor.shape)) != 1
-                    or len(tensor.pieces) != 1
-                ):
-                    raise InputError(
-                        f"{self.index.ctx.catalog.root}: {tensor.name} has shape {tensor.shape}; "
-                        f"vLLM's {name} holds one value per shard"
-                    )
-                pieces.append(tensor.pieces[0])
-                continue
-            region = self._region(site, codec, role, logical, rank, tensor.name)
-            if region is None:
-                pieces.extend(tensor.pieces)
-                if tensor.combine == "concat":
-                    axis = tensor.axis
-            else:
-                pieces.extend(narrow(tensor, self.entries, region.dim, region.start, region.stop))
-                axis = region.dim if len(site.shards) == 1 else 0
-        if scalar:
-            return self.tensor(name, tensors[0], pieces, "stack", 0, want,
-                               [f"vllm {site.parallel}: one value per shard"], site.layer)  # fmt: skip
-        ops = [f"vllm {site.parallel} rank {rank}/{self.tp}"]
-        if len(site.shards) > 1:
-            ops.append(f"merge {[hf.rsplit('.', 1)[-1] for hf, _ in site.shards]}")
-        return self.tensor(name, tensors[0], pieces, "concat", axis, want, ops, site.layer)
-
-    def _region(
-        self,
-        site: LinearSite,
-        codec: Any,
-        role: str,
-        logical: tuple[int, ...],
-        rank: int,
-        tensor: str,
-    ) -> Region | None:
-        """Storage region of ``rank``'s share of one shard (None: the whole tensor)."""
-        if site.parallel == "replicated" or role not in getattr(codec, "roles", ()):
-            return None
-        dim = len(logical) - (2 if site.parallel == "column" else 1)
-        size = logical[dim] // self.tp
-        regions = codec.storage_regions(logical, dim, rank * size, (rank + 1) * size, name=tensor)
-        return regions.get(role)
-
     # -- vocab, plain params, buffers ----------------------------------------------------------
     def vocab(self, site: VocabSite) -> list[Param]:
         name = f"{site.hf}.weight"
@@ -332,7 +154,7 @@ class ParamBuilder:
                 "not; use --layout hf"
             )
         rows, cols = vocab_shape(site, self.spec.vocab_padding, self.tp)
-        have = storage_shape(tensor.dtype, tensor.shape)
+        have = storage_shape(tensor.dtype, tuple(tensor.shape))
         if list(have) != [site.rows, cols]:
             raise InputError(
                 f"{self.index.ctx.catalog.root}: {name} has shape {list(have)}, config.json says "

@@ -22,17 +22,16 @@ Example::
 
 from __future__ import annotations
 
-import gc
 from typing import TYPE_CHECKING, Any
 
 from checkpoint_tool.errors import InputError, UsageError, first_few
 from checkpoint_tool.plan.inputs import layer_of
 from checkpoint_tool.plan.layouts.planned_index import PlannedIndex
+from checkpoint_tool.plan.layouts.vllm_linear import linear_params
 from checkpoint_tool.plan.layouts.vllm_moe import moe_params
 from checkpoint_tool.plan.layouts.vllm_params import Param, ParamBuilder
-from checkpoint_tool.plan.model import DroppedTensor, OutputFile
+from checkpoint_tool.plan.model import DroppedTensor, OutputFile, output_nbytes
 from checkpoint_tool.plan.sharding import shard
-from checkpoint_tool.plan.summary import output_nbytes
 from checkpoint_tool.quant.scheme import WeightFormat
 from checkpoint_tool.targets import DEFAULT_TARGET, load_spec
 from checkpoint_tool.targets.instance import ModelInstance, instantiate
@@ -40,6 +39,7 @@ from checkpoint_tool.targets.keys import KeyResolver
 from checkpoint_tool.targets.spec import TargetSpec
 
 if TYPE_CHECKING:
+    from checkpoint_tool.catalog.catalog import Catalog
     from checkpoint_tool.plan.inputs import PlanInputs
     from checkpoint_tool.plan.outputs import Planned
 
@@ -54,7 +54,7 @@ def engine_config(ctx: PlanInputs) -> dict[str, Any]:
     return config
 
 
-def quant_family(catalog: Any) -> str | None:
+def quant_family(catalog: Catalog) -> str | None:
     """The vLLM quantization config family serving ``catalog``, for spec expressions:
     ``"modelopt"`` (hf_quant_config.json, or a ``modelopt*`` quant_method), else config.json's
     ``quantization_config.quant_method`` lower-cased (``"fp8"``, ``"quark"``), else None."""
@@ -85,19 +85,9 @@ def model_instance(ctx: PlanInputs, target: str = DEFAULT_TARGET) -> ModelInstan
 
 
 def build_files(ctx: PlanInputs, planned: Planned) -> list[OutputFile]:
-    """Per-rank files of every engine parameter (see the module docstring)."""
-    # a full-size plan allocates ~10^6 small objects and frees none of them: the cyclic
-    # collector would rescan them all over and over (40% of the time); nothing here makes cycles
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _build_files(ctx, planned)
-    finally:
-        if enabled:
-            gc.enable()
-
-
-def _build_files(ctx: PlanInputs, planned: Planned) -> list[OutputFile]:
+    """Per-rank files of every engine parameter (see the module docstring). A full-size
+    plan allocates ~10^6 small acyclic objects here: the commands run planning with the cycle
+    collector paused (``cli.session.opened``), a library caller may do the same."""
     _check_options(ctx)
     inst = model_instance(ctx)
     spec = inst.spec
@@ -110,7 +100,7 @@ def _build_files(ctx: PlanInputs, planned: Planned) -> list[OutputFile]:
     for site in inst.params:
         params += builder.params(site)
     for linear in inst.linears:
-        params += builder.linear(linear)
+        params += linear_params(builder, linear)
     facts = {layer.layer: layer for layer in ctx.facts.moe_layers}
     for moe in inst.moes:
         if moe.layer not in facts:
@@ -186,10 +176,9 @@ def _check_unique(params: list[Param]) -> None:
 
 def _record(planned: Planned, index: PlannedIndex, params: list[Param]) -> None:
     """Report bookkeeping under the output names (kinds, padded, experts, bytes)."""
-    sizes = getattr(planned, "nbytes", None)
+    sizes = planned.nbytes
     for p in params:
-        if isinstance(sizes, dict):
-            sizes[p.name] = output_nbytes(p.ranks[0])
+        sizes[p.name] = output_nbytes(p.ranks[0])
         kinds = {index.kind(n) for n in p.planned}
         if "redirected" in kinds:
             kind = "redirected"
@@ -210,7 +199,7 @@ def _notes(ctx: PlanInputs, spec: TargetSpec, index: PlannedIndex, inst: ModelIn
         weight = index.get(f"{site.vllm.rsplit('.', 1)[0]}.0.gate_proj.weight")
         if weight is not None:
             formats.add(index.scheme(weight).format)
-    if WeightFormat.MXFP4 in formats:
+    if WeightFormat.MXFP4 in formats and ctx.geometry.padded is not None:
         ctx.notes.append(
             "MXFP4 routed experts: vLLM's MXFP4 MoE backends round each rank's intermediate size "
             f"up (per backend); the per-rank files hold {ctx.geometry.padded // ctx.options.tp} "

@@ -1,8 +1,9 @@
-"""Engine compatibility (issue 10): will the target engine load this checkpoint, and what
-will it do with it? Rules are data (``rules.yaml``); ``build_engine_report`` runs them.
+"""Engine compatibility: will the target engine load this checkpoint, and what
+will it do with it? Rules are data (``rules.yaml``, the models here);
+``policy.engine.build.build_engine_report`` runs them on a ``PolicyDecision``.
 
-Importing this package does not import ``checkpoint_tool.policy.report`` (which holds
-``EngineReport`` in ``PolicyReport.engine``), so there is no import cycle.
+Importing this package loads the rule models only (``PolicyReport.engine`` holds an
+``EngineReport``), not the checks.
 """
 
 from checkpoint_tool.policy.engine.model import (
@@ -17,14 +18,6 @@ from checkpoint_tool.policy.engine.model import (
     version_in_range,
 )
 
-
-def build_engine_report(*args, **kwargs):
-    """See ``checkpoint_tool.policy.engine.build.build_engine_report``."""
-    from checkpoint_tool.policy.engine.build import build_engine_report as _build
-
-    return _build(*args, **kwargs)
-
-
 __all__ = [
     "EngineFinding",
     "EngineReport",
@@ -32,7 +25,6 @@ __all__ = [
     "RuleSpec",
     "RuleTable",
     "Target",
-    "build_engine_report",
     "load_rule_table",
     "table_from_dict",
     "version_in_range",

@@ -7,7 +7,8 @@ scheme detection, name matching, NVFP4 global scales, TP geometry, FSE), order t
 
 Example::
 
-    report = build_engine_report(catalog, policy, "vllm-0.33", tp=8, moe_backend="marlin")
+    report = build_engine_report(catalog, decide_policy(catalog, tp=8), "vllm-0.33", tp=8,
+                                 moe_backend="marlin")
     report.summary.text
     # 'vllm-0.33: will refuse to load (2 errors, 1 warning)'
 """
@@ -15,7 +16,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from . import checks_config
 from .checks_fse import FSE_RULES, check_fse
@@ -26,6 +27,10 @@ from .checks_schemes import SCHEME_RULES, check_schemes
 from .checks_tp import TP_RULES, check_tp
 from .context import EngineContext, ServeOptions
 from .model import EngineFinding, EngineReport, EngineSummary, RuleSpec, RuleTable, load_rule_table
+
+if TYPE_CHECKING:
+    from checkpoint_tool.catalog.catalog import Catalog
+    from checkpoint_tool.policy.decision import PolicyDecision
 
 GroupCheck = Callable[[EngineContext, dict[str, RuleSpec]], list[EngineFinding]]
 
@@ -59,8 +64,8 @@ def implemented_rule_ids() -> set[str]:
 
 
 def build_engine_report(
-    catalog: Any,
-    policy_report: Any = None,
+    catalog: Catalog,
+    decision: PolicyDecision | None = None,
     target: str | None = None,
     tp: int = 1,
     moe_backend: str | None = None,
@@ -72,14 +77,16 @@ def build_engine_report(
 ) -> EngineReport:
     """The engine section for ``catalog`` served by ``target`` (None: the newest supported).
 
-    ``policy_report`` is the ``PolicyReport`` of the same catalog and options (for the
-    per-layer FSE decisions); ``table`` replaces the bundled rule table (tests).
+    ``decision`` is the ``PolicyDecision`` of the same catalog and options (its resolved
+    schemes, model facts, per-layer FSE decisions and structure findings; None when ckpt
+    cannot decide one: the config is then parsed here); ``table`` replaces the bundled rule
+    table (tests).
     """
     table = table or load_rule_table()
     tgt = table.target(target)
     active = {r.id: r for r in table.rules_for(tgt)}
     options = ServeOptions(tp=tp, moe_backend=moe_backend, ep=ep, eplb=eplb, all2all=all2all)
-    ctx = EngineContext.build(catalog, policy_report, tgt, options)
+    ctx = EngineContext.build(catalog, decision, tgt, options)
     findings: list[EngineFinding] = []
     for ids, check in CHECK_FAMILIES:
         subset = {i: active[i] for i in ids if i in active}

@@ -32,7 +32,7 @@ def _quark_raw(ctx: EngineContext) -> dict | None:
 
 
 def check_unknown_quant_method(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]:
-    if ctx.raw_qc is None or getattr(ctx.catalog, "hf_quant_config", None):
+    if ctx.raw_qc is None or ctx.catalog.hf_quant_config:
         return []
     method = ctx.raw_qc.get("quant_method")
     if method is None or str(method).lower() in ctx.target.quant_methods:

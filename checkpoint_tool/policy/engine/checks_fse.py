@@ -1,6 +1,6 @@
 """Fused-shared-expert rules: does the engine accept the per-layer FSE decisions?
 
-The per-layer decisions come from the policy report (vLLM's gates per layer, before ckpt's
+The per-layer decisions come from the policy decision (vLLM's gates per layer, before ckpt's
 own model-wide option rule): a layer is "fusable" when its decision is enabled or was only
 turned off by the parallelism rule. An all-or-nothing engine (vLLM 0.33) refuses a model
 whose MoE layers disagree; an engine with per-layer FSE still needs one physical expert
@@ -15,10 +15,13 @@ Example::
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .context import EngineContext
 from .model import EngineFinding, RuleSpec
+
+if TYPE_CHECKING:
+    from checkpoint_tool.policy.decision import PolicyDecision
 
 FSE_RULES = ("fse_mixed_all_or_nothing", "fse_mixed_under_parallelism", "fse_slots_unfused")
 
@@ -27,31 +30,38 @@ _NOT_APPLICABLE = {"no_shared_experts", "fse_off"}
 _GATE_OK = {"parallel_mixed", "target_no_fse", "target_all_or_nothing", "prefused"}
 
 
-def fse_split(policy: Any) -> tuple[list[int], list[int]]:
+def fse_split(decision: PolicyDecision | None) -> tuple[list[int], list[int]]:
     """(layers whose shared experts vLLM's gates would fuse, layers they would not)."""
-    on, off = [], []
-    if policy is None or getattr(policy, "fse_mode", "auto") == "off":
+    on: list[int] = []
+    off: list[int] = []
+    if decision is None or decision.fse_mode == "off":
         return on, off
-    for layer in policy.moe_layers:
+    for index, layer in decision.layers.items():
         code = layer.fse.code
         if code in _NOT_APPLICABLE:
             continue
-        (on if layer.fse.enabled or code in _GATE_OK else off).append(layer.layer)
+        (on if layer.fse.enabled or code in _GATE_OK else off).append(index)
     return sorted(on), sorted(off)
 
 
-def prefused_layers(policy: Any) -> dict[int, list[int]]:
+def prefused_layers(decision: PolicyDecision | None) -> dict[int, list[int]]:
     """MoE layer -> routed slots a previous ``ckpt convert`` filled with shared experts."""
-    if policy is None:
+    if decision is None:
         return {}
-    return {m.layer: m.fse.slots for m in policy.moe_layers if m.fse.code == "prefused"}
+    return {
+        index: layer.fse.slots
+        for index, layer in sorted(decision.layers.items())
+        if layer.fse.code == "prefused"
+    }
 
 
-def _unfused_slots(ctx: EngineContext, rule: RuleSpec, on: list[int], off: list[int]) -> list:
+def _unfused_slots(
+    ctx: EngineContext, rule: RuleSpec, on: list[int], off: list[int]
+) -> list[EngineFinding]:
     """Slots ``experts.{n_routed + j}`` in the checkpoint that the engine will not map: with
     FSE off the expert mapping stops at ``n_routed`` (``make_expert_params_mapping``,
     deepseek_v2.py ``load_weights``) and the name falls through to ``params_dict[name]``."""
-    slots = prefused_layers(ctx.policy)
+    slots = prefused_layers(ctx.decision)
     if not slots:
         return []
     if ctx.target.fse == "all_or_nothing" and off:
@@ -60,7 +70,7 @@ def _unfused_slots(ctx: EngineContext, rule: RuleSpec, on: list[int], off: list[
         return []
     first = min(slots)
     facts = ctx.facts
-    layer = facts.layer(first) if facts is not None and hasattr(facts, "layer") else None
+    layer = facts.layer(first) if facts is not None else None
     module = (
         layer.routed_module(slots[first][0], "down")
         if layer is not None
@@ -88,7 +98,7 @@ def _flags(ctx: EngineContext) -> list[str]:
 
 def check_fse(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFinding]:
     """Findings of the FSE rules active in ``rules``."""
-    on, off = fse_split(ctx.policy)
+    on, off = fse_split(ctx.decision)
     out = []
     if "fse_slots_unfused" in rules:
         out += _unfused_slots(ctx, rules["fse_slots_unfused"], on, off)

@@ -6,7 +6,7 @@
   through to ``params_dict[name]`` in ``DeepseekV2Model.load_weights``: ``KeyError``.
 - ``router_bias_missing``: the reverse, the parameter allocated but never loaded
   (``DefaultModelLoader.load_weights``: "Following weights were not initialized ...").
-- ``checkpoint_incomplete``: the policy's structural findings (missing experts, stray expert
+- ``checkpoint_incomplete``: the decision's structural findings (missing experts, stray expert
   indices, missing or undeclared shared experts, incomplete FSE slots) lifted into the
   engine verdict: each is a tensor the loader does not know or a parameter it never fills.
 
@@ -26,7 +26,7 @@ from .model import EngineFinding, RuleSpec
 
 MODEL_RULES = ("router_bias_without_noaux_tc", "router_bias_missing", "checkpoint_incomplete")
 
-#: policy issue rules that mean a load failure (unknown tensor or unfilled parameter)
+#: structure finding rules that mean a load failure (unknown tensor or unfilled parameter)
 LOAD_FAILURES = frozenset(
     {
         "moe_expert_missing",
@@ -75,9 +75,13 @@ def check_model(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFi
             key = f"layers.{missing[0]}.mlp.gate.e_score_correction_bias"
             out.append(rule.finding(layers=missing, key=key))
     rule = rules.get("checkpoint_incomplete")
-    policy = ctx.policy
-    if rule is not None and policy is not None:
-        found = [i for i in policy.issues if i.severity == "error" and i.rule in LOAD_FAILURES]
+    decision = ctx.decision
+    if rule is not None and decision is not None:
+        found = [
+            i
+            for i in decision.structure_issues
+            if i.severity == "error" and i.rule in LOAD_FAILURES
+        ]
         if found:
             first = f"[{found[0].rule}] {found[0].message}"
             out.append(

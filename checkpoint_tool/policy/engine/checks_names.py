@@ -27,6 +27,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from checkpoint_tool.quant.configs import QuarkConfig
 from checkpoint_tool.quant.configs.names import expert_parts
 from checkpoint_tool.quant.resolve import scheme_differences
 
@@ -43,7 +44,7 @@ _GLOB_CHARS = "*?["
 Pattern = tuple[str, str | None]
 
 
-def winner(qconfig: Any, module: str, semantics: str) -> Pattern:
+def winner(qconfig: QuarkConfig, module: str, semantics: str) -> Pattern:
     """``(field, pattern)`` that decided ``module``: ``("exclude", "lm_head")``,
     ``("layer_quant_config", "*self_attn*")``, ``("global_quant_config", None)``."""
     match = qconfig.vllm_match if semantics == "vllm" else qconfig.producer_match
@@ -81,13 +82,12 @@ def other_modules(ctx: EngineContext) -> list[str]:
     return sorted({m for m in names if m not in linear})
 
 
-def config_patterns(qconfig: Any) -> list[Pattern]:
+def config_patterns(qconfig: QuarkConfig) -> list[Pattern]:
     """Every name pattern of a Quark config, in config order."""
-    return (
-        [("exclude", p) for p in qconfig.exclude]
-        + [("layer_quant_config", k) for k in qconfig.layer_quant_config]
-        + [("layer_type_quant_config", k) for k in qconfig.layer_type_quant_config]
-    )
+    out: list[Pattern] = [("exclude", p) for p in qconfig.exclude]
+    out += [("layer_quant_config", k) for k in qconfig.layer_quant_config]
+    out += [("layer_type_quant_config", k) for k in qconfig.layer_type_quant_config]
+    return out
 
 
 def why_differs(field: str, pattern: str, affected: list[str]) -> str:
@@ -119,7 +119,7 @@ def check_names(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFi
     """Findings of the name-matching rules active in ``rules``."""
     if not ctx.is_quark:
         return []
-    qconfig = ctx.qconfig
+    qconfig = ctx.quark
     patterns = config_patterns(qconfig)
     if not patterns:
         return []
@@ -147,7 +147,7 @@ def check_names(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFi
         if field == "layer_quant_config" and (pattern or "").startswith("re:") and not p_set:
             # neither Quark's fnmatch nor vLLM's matcher reads it; what it was written for is
             # what the regex names (as the DeepSeek-V4 FSE gate reads it: fullmatch)
-            p_set = _regex_modules(pattern[3:], sample)
+            p_set = _regex_modules((pattern or "")[3:], sample)
         if not p_set and not v_set:
             if "name_pattern_unmatched" in rules:
                 out.append(rules["name_pattern_unmatched"].finding(field=field, pattern=pattern))
@@ -172,7 +172,7 @@ def _differs(
     if field == "layer_quant_config" and pattern.startswith("re:"):
         diffs = _regex_key_differences(ctx, pattern, affected)
     else:
-        diffs = scheme_differences(ctx.qconfig, affected)
+        diffs = scheme_differences(ctx.quark, affected)
     changed = sorted(d.module for d in diffs)
     rule_id = "name_pattern_changes_storage" if changed else "name_pattern_differs"
     if rule_id not in rules:
@@ -214,10 +214,10 @@ def _regex_key_differences(ctx: EngineContext, pattern: str, modules: list[str])
     from checkpoint_tool.quant.configs.quark_spec import scheme_from_spec
     from checkpoint_tool.quant.resolve import SchemeDifference
 
-    meant = scheme_from_spec(ctx.qconfig.layer_quant_config[pattern], f"re: key {pattern!r}")
+    meant = scheme_from_spec(ctx.quark.layer_quant_config[pattern], f"re: key {pattern!r}")
     out = []
     for module in modules:
-        got = ctx.qconfig.scheme_for(module)
+        got = ctx.quark.scheme_for(module)
         if got.producer_identity() != meant.producer_identity():
             out.append(SchemeDifference(module=module, vllm=got, producer=meant))
     return out
@@ -232,7 +232,7 @@ def _regex_modules(regex: str, modules: list[str]) -> set[str]:
 
 
 def _scheme(ctx: EngineContext, module: str, semantics: str) -> str:
-    q = ctx.qconfig
+    q = ctx.quark
     return (q.scheme_for(module) if semantics == "vllm" else q.producer_scheme_for(module)).short()
 
 

@@ -20,19 +20,22 @@ import os
 import struct
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpoint_tool.quant.scheme import WeightFormat
 
 from .context import EngineContext
 from .model import EngineFinding, RuleSpec
 
+if TYPE_CHECKING:
+    from checkpoint_tool.catalog.catalog import Catalog
+
 NVFP4_RULES = ("nvfp4_gate_up_global_scale", "nvfp4_gate_up_input_scale")
 
 RTOL, ATOL = 1e-5, 1e-8
 
 
-def read_f32_scalars(catalog: Any, names: Iterable[str]) -> dict[str, float]:
+def read_f32_scalars(catalog: Catalog, names: Iterable[str]) -> dict[str, float]:
     """Values of 0-d F32 tensors, read by byte range (one open per file). Others are skipped."""
     by_file: dict[str, list[Any]] = defaultdict(list)
     for name in names:

@@ -16,11 +16,15 @@ from __future__ import annotations
 import fnmatch
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .context import EngineContext
 from .model import EngineFinding, RuleSpec
 from .quark_detect import Detection, detect_linear, detect_moe, spec_text
+
+if TYPE_CHECKING:
+    from checkpoint_tool.quant.configs import QuarkConfig
+    from checkpoint_tool.quant.configs.quark_spec import QuarkLayerSpec
 
 SCHEME_RULES = (
     "quark_output_or_bias_quant",
@@ -34,7 +38,7 @@ SCHEME_RULES = (
 )
 
 
-def matched_key(qconfig: Any, spec: Any) -> tuple[str, str | None]:
+def matched_key(qconfig: QuarkConfig, spec: QuarkLayerSpec | None) -> tuple[str, str | None]:
     """Which config field (and key) a spec returned by ``vllm_match``/``producer_match`` is."""
     if spec is None:
         return "exclude", None
@@ -53,17 +57,17 @@ def _kv_stripped_keys(ctx: EngineContext) -> set[str]:
     groups = export.get("kv_cache_group") if isinstance(export, dict) else None
     if not isinstance(groups, list) or not groups:
         return set()
-    keys = set(ctx.qconfig.layer_quant_config)
+    keys = set(ctx.quark.layer_quant_config)
     out = {k for k in keys if any(fnmatch.fnmatchcase(k, g) for g in groups)}
     return out | ({"*q_proj"} & keys)
 
 
 def _detect(ctx: EngineContext, layer: str, stripped: set[str]) -> tuple[Detection, dict | None]:
     module = ctx.vllm_layers[layer][0]
-    spec, _rule = ctx.qconfig.vllm_match(module)
+    spec, _rule = ctx.quark.vllm_match(module)
     raw = spec.raw() if spec is not None else None
     if raw is not None:
-        field, key = matched_key(ctx.qconfig, spec)
+        field, key = matched_key(ctx.quark, spec)
         if field == "layer_quant_config" and key in stripped:
             raw = {**raw, "output_tensors": None}
     moe = ctx.is_moe_layer(layer)
@@ -114,7 +118,7 @@ def check_schemes(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[Engine
 
 
 def _first_rule(ctx: EngineContext, layer: str) -> str:
-    return ctx.qconfig.vllm_match(ctx.vllm_layers[layer][0])[1]
+    return ctx.quark.vllm_match(ctx.vllm_layers[layer][0])[1]
 
 
 CHECKS: dict[str, Callable[..., list[EngineFinding]]] = {}

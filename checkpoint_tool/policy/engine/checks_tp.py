@@ -22,13 +22,17 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from checkpoint_tool.quant.scheme import WeightFormat
 from checkpoint_tool.quant.storage import round_up, scheme_alignment
 
 from .context import EngineContext
 from .model import EngineFinding, RuleSpec
+
+if TYPE_CHECKING:
+    from checkpoint_tool.model import MoeLayerFacts
+    from checkpoint_tool.quant.scheme import Scheme
 
 TP_RULES = (
     "tp_intermediate_not_divisible",
@@ -41,7 +45,7 @@ TP_RULES = (
 )
 
 
-def _routed_scheme(ctx: EngineContext, layer: Any) -> Any:
+def _routed_scheme(ctx: EngineContext, layer: MoeLayerFacts) -> Scheme | None:
     return ctx.scheme_of(layer.routed_weight(0, "down"))
 
 
@@ -129,9 +133,9 @@ def _shared_fp8_block(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]
     """Unfused shared experts are MergedColumnParallel gate_up + RowParallel down linears:
     block FP8 needs I/tp to be a multiple of block_n (gate/up) and block_k (down)."""
     facts, tp = ctx.facts, max(1, ctx.options.tp)
-    if facts is None or ctx.policy is None:
+    if facts is None or ctx.decision is None:
         return []
-    fused = {m.layer for m in ctx.policy.moe_layers if m.fse.enabled}
+    fused = {index for index, layer in ctx.decision.layers.items() if layer.fse.enabled}
     groups: dict[tuple, list[int]] = defaultdict(list)
     for layer in facts.moe_layers:
         if layer.n_shared <= 0 or layer.layer in fused or layer.shared_intermediate_size % tp:
@@ -151,7 +155,8 @@ def _shared_fp8_block(ctx: EngineContext, rule: RuleSpec) -> list[EngineFinding]
                 key = ("input_size_per_partition", "block_k", bk, "down columns")
             else:
                 continue
-            groups[(layer.shared_intermediate_size, per_rank, *key)].append(layer.layer)
+            group = (layer.shared_intermediate_size, per_rank, *key)
+            groups[group].append(layer.layer)
     return [
         rule.finding(
             layers=layers,

@@ -1,14 +1,15 @@
 """What every engine rule check may look at, computed once and lazily.
 
 ``EngineContext`` holds the catalog (headers only), the raw ``quantization_config`` dict (as
-the engine reads it, before ckpt's pydantic models normalise it), the parsed config (None
-when ckpt cannot parse it), the model facts, the policy report, the target and the serving
-options. ``scheme_of(name)`` resolves one tensor at a time (cached); ``vllm_layers`` is computed
-on first use.
+the engine reads it, before ckpt's pydantic models normalise it), the policy decision (its
+parsed config, resolved schemes and model facts), the target and the serving options. Without
+a decision (ckpt cannot decide a policy for the checkpoint, the engine may still try) the
+config is parsed here and ``scheme_of(name)`` resolves one tensor at a time (cached).
+``vllm_layers`` is computed on first use.
 
 Example::
 
-    ctx = EngineContext.build(catalog, policy, target, tp=2, moe_backend="marlin")
+    ctx = EngineContext.build(catalog, decide_policy(catalog, tp=2), target, ServeOptions(tp=2))
     ctx.is_quark, ctx.moe_layer_prefixes()[:1]
     # (True, ['model.layers.1.mlp.experts'])
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from checkpoint_tool.errors import CkptError
 from checkpoint_tool.model import ModelFacts, model_facts
@@ -27,6 +28,11 @@ from checkpoint_tool.quant.resolve import load_quant_config, resolve_tensor
 from checkpoint_tool.quant.scheme import Scheme
 
 from .model import Target
+
+if TYPE_CHECKING:
+    from checkpoint_tool.catalog.catalog import Catalog
+    from checkpoint_tool.policy.decision import PolicyDecision
+    from checkpoint_tool.quant.configs import QuantConfig
 
 
 @dataclass(frozen=True)
@@ -42,21 +48,26 @@ class ServeOptions:
 
 @dataclass
 class EngineContext:
-    catalog: Any
+    catalog: Catalog
     target: Target
     options: ServeOptions
-    policy: Any = None
-    config: dict = field(default_factory=dict)
+    decision: PolicyDecision | None = None
+    config: dict[str, Any] = field(default_factory=dict)
     #: quantization_config exactly as config.json holds it (None when absent)
-    raw_qc: dict | None = None
-    qconfig: Any = None
+    raw_qc: dict[str, Any] | None = None
+    qconfig: QuantConfig | None = None
     #: why ckpt could not parse the quantization config (the engine may still try)
     qconfig_error: str | None = None
-    _schemes: dict[str, Scheme | None] = field(default_factory=dict, repr=False)
+    #: tensor -> scheme, resolved here one at a time when there is no decision
+    schemes: dict[str, Scheme | None] = field(default_factory=dict, repr=False)
 
     @classmethod
     def build(
-        cls, catalog: Any, policy: Any, target: Target, options: ServeOptions
+        cls,
+        catalog: Catalog,
+        decision: PolicyDecision | None,
+        target: Target,
+        options: ServeOptions,
     ) -> EngineContext:
         config = catalog.config or {}
         raw = config.get("quantization_config") if isinstance(config, dict) else None
@@ -64,12 +75,15 @@ class EngineContext:
             catalog=catalog,
             target=target,
             options=options,
-            policy=policy,
+            decision=decision,
             config=config if isinstance(config, dict) else {},
             raw_qc=raw if isinstance(raw, dict) else None,
         )
+        if decision is not None:
+            ctx.qconfig = decision.resolved.qconfig
+            return ctx
         try:
-            ctx.qconfig = load_quant_config(ctx.config, getattr(catalog, "hf_quant_config", None))
+            ctx.qconfig = load_quant_config(ctx.config, catalog.hf_quant_config)
         except CkptError as exc:
             ctx.qconfig_error = exc.message
         return ctx
@@ -80,23 +94,34 @@ class EngineContext:
     def is_quark(self) -> bool:
         return isinstance(self.qconfig, QuarkConfig)
 
-    def scheme_of(self, name: str) -> Scheme | None:
-        """Scheme vLLM resolves for tensor ``name`` (None: no such tensor or no config).
+    @property
+    def quark(self) -> QuarkConfig:
+        """The parsed Quark config, for the Quark-only rules (they run when ``is_quark``)."""
+        if not isinstance(self.qconfig, QuarkConfig):
+            raise TypeError("a Quark rule ran on a checkpoint without a Quark config")
+        return self.qconfig
 
-        One tensor at a time (``resolve_tensor``), so rules that look at a few tensors per
-        MoE layer stay fast on 90k-tensor checkpoints.
-        """
-        if name in self._schemes:
-            return self._schemes[name]
+    def scheme_of(self, name: str) -> Scheme | None:
+        """Scheme vLLM resolves for tensor ``name`` (None: no such tensor or no config): the
+        decision's, else resolved here one tensor at a time (``resolve_tensor``)."""
+        if self.decision is not None:
+            resolved = self.decision.resolved.tensors.get(name)
+            return resolved.scheme if resolved is not None else None
+        if name in self.schemes:
+            return self.schemes[name]
         entry = self.catalog.tensors.get(name)
         scheme = None
         if entry is not None and self.qconfig is not None:
             scheme = resolve_tensor(self.qconfig, name, dtype=entry.dtype, shape=entry.shape).scheme
-        self._schemes[name] = scheme
+        self.schemes[name] = scheme
         return scheme
 
     @functools.cached_property
     def facts(self) -> ModelFacts | None:
+        """The decision's model facts; without a decision, from config.json (None when it
+        does not describe the model)."""
+        if self.decision is not None:
+            return self.decision.facts
         try:
             return model_facts(self.config, self.catalog.tensors)
         except CkptError:

@@ -1,8 +1,7 @@
 """The ``engine`` section of ``ckpt inspect``: JSON field, human lines, Markdown list.
 
-``with_engine(policy, engine)`` returns an ``InspectReport``: the ``PolicyReport`` plus its
-``engine`` section (a subclass, so the policy renderers still apply and the JSON gains one
-key). Human output appends one line per finding after the policy; Markdown a section.
+The section is the ``engine`` field of the ``PolicyReport`` (``policy.report.with_engine``).
+Human output appends one line per finding after the policy; Markdown a section.
 
 Example (human)::
 
@@ -16,29 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from checkpoint_tool.policy.report import PolicyReport
-
 from .model import EngineReport
 
 if TYPE_CHECKING:  # rich is imported by the human renderer only (json output never needs it)
     from rich.console import Console
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
-
-
-class InspectReport(PolicyReport):
-    """``PolicyReport`` with the ``engine`` section (``ckpt inspect --target``)."""
-
-    engine: EngineReport | None = None
-
-    @property
-    def has_errors(self) -> bool:
-        return super().has_errors or bool(self.engine and self.engine.has_errors)
-
-
-def with_engine(policy: PolicyReport, engine: EngineReport | None) -> InspectReport:
-    """The policy report with its engine section attached."""
-    return InspectReport(**{**dict(policy), "engine": engine})
 
 
 def render_engine_human(engine: EngineReport | None, console: Console) -> None:

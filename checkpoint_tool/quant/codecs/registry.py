@@ -38,7 +38,9 @@ def codec_for_format(fmt: WeightFormat | str, **options: Any) -> BaseCodec:
     """A codec for ``fmt`` with defaults for anything not given (see ``storage_for_format``:
     ``block``, ``group_size``, ``scale_dtype``, ``scale_is_e8m0``, ``weight_dtype``,
     ``scale_mode``)."""
-    return storage_for_format(fmt, classes=CODECS, **options)
+    codec = storage_for_format(fmt, classes=CODECS, **options)
+    assert isinstance(codec, BaseCodec)
+    return codec
 
 
 def get_codec(scheme: Scheme) -> BaseCodec:

@@ -135,7 +135,9 @@ mxfp4_scheme = partial(mx_scheme, WeightFormat.MXFP4)
 mxfp8_scheme = partial(mx_scheme, WeightFormat.MXFP8)
 
 
-def nvfp4_scheme(*, source: str, rule: str, input_scale_suffix: str, spec: object = None) -> Scheme:
+def nvfp4_scheme(
+    *, source: str, rule: str, input_scale_suffix: str | None, spec: object = None
+) -> Scheme:
     """NVFP4: packed E2M1, E4M3 scale per 16 inputs, F32 0-d ``weight_scale_2`` multiplier."""
     return Scheme(
         format=WeightFormat.NVFP4,

@@ -69,7 +69,8 @@ class QuarkConfig(QuantConfigBase):
     kv_cache_quant_config: Any = None
 
     #: (id of a spec owned by this config, rule) -> Scheme; specs live as long as the config
-    _schemes: dict[tuple[int, str], Scheme] = PrivateAttr(default_factory=dict)
+    #: match rule -> scheme (a rule names the config entry it matched: one spec per rule)
+    _schemes: dict[str, Scheme] = PrivateAttr(default_factory=dict)
 
     # -- vLLM semantics ------------------------------------------------------------------------
 
@@ -127,10 +128,9 @@ class QuarkConfig(QuantConfigBase):
     # -- QuantConfigBase -----------------------------------------------------------------------
 
     def _scheme(self, spec: QuarkLayerSpec | None, rule: str) -> Scheme:
-        key = (id(spec), rule)
-        scheme = self._schemes.get(key)
+        scheme = self._schemes.get(rule)
         if scheme is None:
-            scheme = self._schemes[key] = scheme_from_spec(spec, rule)
+            scheme = self._schemes[rule] = scheme_from_spec(spec, rule)
         return scheme
 
     def scheme_for(self, module: str) -> Scheme:

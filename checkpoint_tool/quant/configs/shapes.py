@@ -69,12 +69,7 @@ def expected_siblings(
     if not scheme.quantized or scheme.format is WeightFormat.UNSUPPORTED:
         return {}
     # what the scheme stores and names, with the input scale's dtypes: all _expected reads
-    full = (
-        scheme.producer_identity(),
-        scheme.input_scale_dtypes,
-        weight_dtype,
-        tuple(weight_shape),
-    )
+    full = (scheme.siblings_key, weight_dtype, tuple(weight_shape))
     hit = _MEMO.get(full)
     if hit is None:
         if len(_MEMO) > 4096:

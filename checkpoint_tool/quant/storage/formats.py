@@ -233,7 +233,7 @@ def storage_for_format(
     weight_dtype: str | None = None,
     scale_mode: str | None = None,
     classes: Mapping[WeightFormat, type[Any]] = STORAGE_FORMATS,
-) -> Any:
+) -> StorageFormat:
     """An instance of ``classes[fmt]`` with defaults for anything not given.
 
     Defaults: block (128, 128); groups 32 (MX) / 16 (NVFP4); scales F32 (FP8), U8 (MX),

@@ -1,4 +1,4 @@
-"""Engine-test helpers: build the policy + engine section, group findings by rule."""
+"""Engine-test helpers: decide the policy + build the engine section, group findings by rule."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ from pathlib import Path
 
 from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.errors import CkptError
-from checkpoint_tool.policy import build_policy
-from checkpoint_tool.policy.engine import build_engine_report
+from checkpoint_tool.policy import decide_policy
+from checkpoint_tool.policy.engine.build import build_engine_report
 
 
 def engine(path: Path, *, tp: int = 1, target: str | None = None, table=None, **opts):
-    """Policy (when ckpt can build one) + engine section for ``path``."""
+    """Policy decision (when ckpt can decide one) + engine section for ``path``."""
     cat = open_catalog(path)
     tgt = table.target(target) if table is not None else target
     try:
-        pol = build_policy(
+        pol = decide_policy(
             cat,
             target=tgt,
             tp=tp,

@@ -1,45 +1,123 @@
-"""The plan at its JSON edge: the compact plan written as the ``plan.document`` models would
-write it, byte for byte, without building ~10^5 pydantic objects; and read back through them.
+"""A plan's JSON, both ways: free functions over the plan records of ``plan.model``.
 
-Three spellings, each equal to what pydantic + ``json`` give for the document:
+The document schema (``document_models()``: ``PlanDocument``, ``OutputFileDocument``, ...) is
+generated from those records: same field names, order and defaults, each record type replaced
+by its document model (named tuples become objects, sequences lists). It validates what is read
+back (``plan_load``). Writing does not build it: a full-size plan has ~92k tensors, so the writers
+are string templates, each equal to what pydantic + ``json`` write for the document (a test
+holds them to it):
 
-- ``plan_pretty_json``: ``ckpt plan --format json`` (``json.dumps(doc, indent=2,
-  sort_keys=True)``, ASCII-escaped), written tensor by tensor from templates;
-- ``file_json`` / ``plan_compact_json``: pydantic's compact ``model_dump_json`` (declaration
-  order), which the manifest's plan hash reads file by file;
+- ``plan_json_text`` / ``plan_json_chunks``: ``ckpt plan --format json`` (``json.dumps(doc,
+  indent=2, sort_keys=True)``, ASCII-escaped), written tensor by tensor;
+- ``plan_compact_json`` / ``file_json`` / ``plan_head_json``: pydantic's compact
+  ``model_dump_json`` (declaration order); ``plan_sha256`` hashes them file by file;
 - ``plan_dump``: the document as plain data.
 
 Example::
 
-    plan_pretty_json(plan)[:40]   # '{\\n  "ckpt_version": "0.1.0",\\n  "config": {'
+    plan_json_text(plan)[:40]   # '{\\n  "ckpt_version": "0.1.0",\\n  "config": {'
+    plan_load(json.loads(text)) == plan          # True
+    plan_sha256(plan)                            # '3b1f...'
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import hashlib
+import itertools
 import json
-from collections.abc import Iterator
+import types
+import typing
+from collections.abc import Iterator, Mapping, Sequence
 from json.encoder import encode_basestring, encode_basestring_ascii
-from typing import Any
+from typing import Any, Union
+
+from pydantic import BaseModel, Field, create_model
 
 from checkpoint_tool.plan.model import OutputFile, OutputTensor, Plan
-from checkpoint_tool.regions import Piece
+from checkpoint_tool.regions import Pad, Piece, Region
+
+__all__ = [
+    "document_models",
+    "file_dump",
+    "file_json",
+    "plan_compact_json",
+    "plan_document",
+    "plan_dump",
+    "plan_head_json",
+    "plan_json_chunks",
+    "plan_json_text",
+    "plan_load",
+    "plan_sha256",
+]
+
+# -- the document schema, generated from the records --------------------------------------------
+
+#: the records that become document models, innermost first
+RECORDS: tuple[type, ...] = (Region, Pad, Piece, OutputTensor, OutputFile, Plan)
+
+
+def _record_fields(record: type) -> list[tuple[str, Any]]:
+    """``(name, default)`` of a dataclass or named tuple, in declaration order
+    (``dataclasses.MISSING``: required; a ``default_factory`` is called once)."""
+    if dataclasses.is_dataclass(record):
+        out = []
+        for f in dataclasses.fields(record):
+            if f.default_factory is not dataclasses.MISSING:
+                out.append((f.name, f.default_factory()))
+            else:
+                out.append((f.name, f.default))
+        return out
+    defaults = record._field_defaults  # type: ignore[attr-defined]
+    return [(n, defaults.get(n, dataclasses.MISSING)) for n in record._fields]  # type: ignore[attr-defined]
+
+
+def _document_type(hint: Any, models: Mapping[type, type[BaseModel]]) -> Any:
+    """The document's type for a record field's type hint."""
+    if hint in models:
+        return models[hint]
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin in (list, tuple, Sequence):
+        return list[_document_type(args[0], models)]  # type: ignore[misc]
+    if origin in (Union, types.UnionType):
+        return Union[tuple(_document_type(a, models) for a in args)]  # noqa: UP007
+    return hint
+
+
+def _document_model(record: type, models: Mapping[type, type[BaseModel]]) -> type[BaseModel]:
+    hints = typing.get_type_hints(record)
+    fields: dict[str, Any] = {}
+    for name, default in _record_fields(record):
+        kind = _document_type(hints[name], models)
+        if default is dataclasses.MISSING:
+            fields[name] = (kind, ...)
+        elif isinstance(default, (list, tuple, dict)):
+            empty = type(default) if not isinstance(default, tuple) else list
+            fields[name] = (kind, Field(default_factory=empty))
+        else:
+            fields[name] = (kind, default)
+    return create_model(f"{record.__name__}Document", **fields)
+
+
+@functools.cache
+def document_models() -> dict[type, type[BaseModel]]:
+    """Record type -> its document model, e.g. ``document_models()[Plan]`` (``PlanDocument``).
+    Built on first use: writing a plan's pretty JSON never needs them."""
+    models: dict[type, type[BaseModel]] = {}
+    for record in RECORDS:
+        models[record] = _document_model(record, models)
+    return models
+
+
+def plan_document() -> type[BaseModel]:
+    """The document model of a whole plan (``PlanDocument``)."""
+    return document_models()[Plan]
+
 
 #: top-level keys of the document, in declaration order (the compact spelling's order)
-_FIELDS = (
-    "ckpt_version",
-    "source",
-    "source_revision",
-    "recipe",
-    "options",
-    "files",
-    "dropped",
-    "config",
-    "side_files",
-    "fse_layers",
-    "provenance",
-    "summary",
-    "notes",
-)
+_FIELDS = tuple(name for name, _ in _record_fields(Plan))
 
 
 # -- plain data ---------------------------------------------------------------------------------
@@ -139,19 +217,33 @@ def file_json(f: OutputFile) -> str:
     )
 
 
-def plan_compact_json(plan: Plan, *, exclude: set[str]) -> str:
-    """``PlanDocument(...).model_dump_json(exclude=exclude)`` of ``plan``."""
-    from checkpoint_tool.plan.document import PlanDocument
-
+def plan_head_json(plan: Plan) -> str:
+    """The compact JSON of ``plan`` without its files (``PlanDocument``'s ``model_dump_json``
+    with ``files`` excluded): the first part the plan hash reads."""
     head = _head_dump(plan)
     head["files"] = []
-    text = PlanDocument.model_validate(head).model_dump_json(exclude=exclude | {"files"})
-    if "files" in exclude:
-        return text
+    return plan_document().model_validate(head).model_dump_json(exclude={"files"})
+
+
+def plan_compact_json(plan: Plan) -> str:
+    """``PlanDocument``'s ``model_dump_json`` of ``plan``: compact, declaration order."""
     files = ",".join(map(file_json, plan.files))
     # put ``files`` back in its declared place: after ``options``
-    before, sep, after = text.partition(',"dropped":')
+    before, sep, after = plan_head_json(plan).partition(',"dropped":')
     return f'{before},"files":[{files}]{sep}{after}'
+
+
+def plan_sha256(plan: Plan) -> str:
+    """A stable fingerprint of everything the plan asks for (the manifest's ``plan_sha256``).
+
+    Hashed file by file (a 100k-tensor plan never exists as one JSON string in memory): the
+    plan without its files, then each file's compact JSON, each prefixed by its length.
+    """
+    h = hashlib.sha256()
+    for data in itertools.chain([plan_head_json(plan)], map(file_json, plan.files)):
+        raw = data.encode()
+        h.update(len(raw).to_bytes(8, "little") + raw)
+    return h.hexdigest()
 
 
 # -- pretty (``ckpt plan --format json``) -------------------------------------------------------
@@ -201,17 +293,18 @@ class _PrettyTensors:
         self.shapes: dict[tuple[int, ...], str] = {}
         self.ops: dict[tuple[str, ...], str] = {}
         #: a single-piece tensor's text around its name and its source's, by what repeats
-        self.whole: dict[tuple, tuple[str, str, str]] = {}
+        self.whole: dict[tuple[object, ...], tuple[str, str, str]] = {}
 
     def __call__(self, t: OutputTensor) -> str:
         pieces = t.pieces
         if len(pieces) != 1:
             return self.text(t)
         # a single-piece tensor: everything but its two names repeats over every expert of a
-        # layer (the shape and ops objects are shared, alive for the whole dump: keyed by id)
+        # layer (the planner shares the shape and ops tuples: hashed by value, cheaply)
         p = pieces[0]
-        key = (id(t.shape), id(t.ops), t.dtype, t.layer, t.combine, t.axis, t.fill, p.slices)
-        key += (p.pads,)
+        shape = t.shape if isinstance(t.shape, tuple) else tuple(t.shape)
+        ops = t.ops if isinstance(t.ops, tuple) else tuple(t.ops)
+        key = (shape, ops, t.dtype, t.layer, t.combine, t.axis, t.fill, p.slices, p.pads)
         parts = self.whole.get(key)
         if parts is None:
             text = self.text(OutputTensor("", t.dtype, t.shape, (p._replace(source=""),),
@@ -258,8 +351,8 @@ def _provenance_pretty(provenance: dict[str, list[str]], i0: str) -> str:
     return "{" + i1 + ("," + i1).join(rows) + i0 + "}"
 
 
-def plan_pretty_chunks(plan: Plan) -> Iterator[str]:
-    """``plan_pretty_json`` in pieces (one per file and per top-level field), made as they
+def plan_json_chunks(plan: Plan) -> Iterator[str]:
+    """``plan_json_text`` in pieces (one per file and per top-level field), made as they
     are written: a full-size plan's 60 MB never exist as one string."""
     head = _head_dump(plan)
     i0, i1 = "\n", "\n  "
@@ -285,48 +378,32 @@ def plan_pretty_chunks(plan: Plan) -> Iterator[str]:
     yield i0 + "}"
 
 
-def plan_pretty_json(plan: Plan) -> str:
-    """``json.dumps(plan_dump(plan), indent=2, sort_keys=True)``, fast."""
-    return "".join(plan_pretty_chunks(plan))
+def plan_json_text(plan: Plan) -> str:
+    """``ckpt plan --format json``: ``json.dumps(plan_dump(plan), indent=2, sort_keys=True)``,
+    fast."""
+    return "".join(plan_json_chunks(plan))
 
 
 # -- reading ------------------------------------------------------------------------------------
 
+def _to_record(value: Any, record_of: Mapping[type, type]) -> Any:
+    """A validated document value as the records hold it (documents -> records, recursively)."""
+    record = record_of.get(type(value))
+    if record is not None:
+        fields = {n: _to_record(getattr(value, n), record_of) for n in type(value).model_fields}
+        return record(**fields)
+    if isinstance(value, list):
+        return [_to_record(v, record_of) for v in value]
+    return value
+
 
 def plan_load(data: Any) -> Plan:
-    """A compact plan from its JSON document (validated by ``PlanDocument``)."""
-    from checkpoint_tool.plan.document import PlanDocument
-    from checkpoint_tool.regions import Pad, Region
-
-    doc = data if isinstance(data, PlanDocument) else PlanDocument.model_validate(data)
-    files = [
-        OutputFile(
-            name=f.name,
-            tensors=[
-                OutputTensor(
-                    name=t.name,
-                    dtype=t.dtype,
-                    shape=list(t.shape),
-                    pieces=[
-                        Piece(
-                            p.source,
-                            [Region(r.dim, r.start, r.stop) for r in p.slices],
-                            [Pad(d.dim, d.amount, d.fill) for d in p.pads],
-                        )
-                        for p in t.pieces
-                    ],
-                    combine=t.combine,
-                    axis=t.axis,
-                    ops=list(t.ops),
-                    layer=t.layer,
-                    fill=t.fill,
-                )
-                for t in f.tensors
-            ],
-            nbytes=f.nbytes,
-            rank=f.rank,
-        )
-        for f in doc.files
-    ]
-    head = {name: getattr(doc, name) for name in _FIELDS if name != "files"}
-    return Plan(**head, files=files)
+    """A plan from its JSON document (plain data, or the text), validated by ``PlanDocument``."""
+    document = plan_document()
+    if isinstance(data, (str, bytes)):
+        doc = document.model_validate_json(data)
+    else:
+        doc = document.model_validate(data)
+    plan = _to_record(doc, {model: record for record, model in document_models().items()})
+    assert isinstance(plan, Plan)
+    return plan

@@ -1,14 +1,17 @@
-"""What a plan does, in numbers: the report ``ckpt plan`` / ``ckpt convert --dry-run`` print.
+"""The summary step: a plan in numbers (``PlanSummary``, beside the plan record in
+``plan.model``), from the planner's inputs, its planned tensors and the files it laid out.
 
 Counts are per output tensor unless named otherwise. ``kept`` + ``renamed`` + ``redirected``
-+ ``unfused`` is the number of output tensors; ``padded`` counts outputs with a pad, whatever their name.
++ ``unfused`` is the number of output tensors; ``padded`` counts outputs with a pad, whatever
+their name.
 
 Example::
 
-    PlanSummary(source_tensors=306, output_tensors=306, kept=306, renamed=0, redirected=24,
-                padded=240, dropped=0, moe_intermediate_size=160, padded_intermediate_size=192,
-                files=[FileSummary(name="model-00001-of-00001.safetensors", tensors=306,
-                                   nbytes=1234567)], ...)
+    plan_summary(inputs, planned, files)
+    # PlanSummary(source_tensors=306, output_tensors=306, kept=306, renamed=0, redirected=24,
+    #             padded=240, dropped=0, moe_intermediate_size=160, padded_intermediate_size=192,
+    #             files=[FileSummary(name="model-00001-of-00001.safetensors", tensors=306,
+    #                                nbytes=1234567)], ...)
 """
 
 from __future__ import annotations
@@ -16,62 +19,20 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field
-
-from checkpoint_tool.catalog.safetensors_format import element_bytes, storage_shape, tensor_nbytes
+from checkpoint_tool.catalog.safetensors_format import element_bytes, storage_shape
+from checkpoint_tool.plan.model import (
+    FileSummary,
+    OutputFile,
+    OutputTensor,
+    PlanSummary,
+    output_nbytes,
+)
+from checkpoint_tool.plan.sharding import file_layers
 
 if TYPE_CHECKING:
     from checkpoint_tool.catalog.catalog import Catalog
     from checkpoint_tool.plan.inputs import PlanInputs
-    from checkpoint_tool.plan.model import OutputFile, OutputTensor
     from checkpoint_tool.plan.outputs import Planned
-
-
-class FileSummary(BaseModel):
-    """One output file: name, tensor count, tensor data bytes (headers excluded)."""
-
-    name: str
-    tensors: int
-    nbytes: int
-    layers: list[int] = Field(default_factory=list)
-
-
-class PlanSummary(BaseModel):
-    """The plan in numbers (``ckpt plan`` human output; ``summary`` in the plan JSON)."""
-
-    source_tensors: int = 0
-    output_tensors: int = 0
-    #: outputs written under their source name
-    kept: int = 0
-    #: outputs whose name a rename rule changed (FSE slots not included)
-    renamed: int = 0
-    #: outputs that are a shared expert (chunk) moved into a routed slot
-    redirected: int = 0
-    #: outputs that are one expert cut out of a 3-D fused expert tensor
-    unfused: int = 0
-    #: outputs with zero/neutral padding on the expert intermediate dim
-    padded: int = 0
-    #: source tensors deliberately not written (``Plan.dropped``), by rule
-    dropped: int = 0
-    dropped_by_rule: dict[str, int] = Field(default_factory=dict)
-    fse_enabled_layers: list[int] = Field(default_factory=list)
-    fse_disabled_layers: list[int] = Field(default_factory=list)
-    moe_intermediate_size: int | None = None
-    padded_intermediate_size: int | None = None
-    #: per-rank alignment the padded size satisfies (``--pad-to``)
-    pad_to: int | None = None
-    shared_intermediate_size: int | None = None
-    padded_shared_intermediate_size: int | None = None
-    source_bytes: int = 0
-    output_bytes: int = 0
-    files: list[FileSummary] = Field(default_factory=list)
-    #: estimated bytes each TP rank loads: expert tensors split over the ranks, every other
-    #: tensor counted whole (an upper bound: vLLM also splits attention and dense MLPs)
-    bytes_per_rank: list[int] = Field(default_factory=list)
-    #: the most memory one worker needs for one output tensor (its bytes + the source bytes
-    #: it reads); the executor streams, so this bounds the buffers, not the model size
-    peak_memory_bytes: int = 0
-    peak_memory_tensor: str | None = None
 
 
 def piece_source_bytes(catalog: Catalog, tensor: OutputTensor) -> int:
@@ -89,15 +50,9 @@ def piece_source_bytes(catalog: Catalog, tensor: OutputTensor) -> int:
     return total
 
 
-def output_nbytes(tensor: OutputTensor) -> int:
-    return tensor_nbytes(tensor.dtype, tuple(tensor.shape))
-
-
 def plan_summary(inputs: PlanInputs, planned: Planned, files: list[OutputFile]) -> PlanSummary:
     """The summary of a plan: counts, sizes before/after padding, bytes per file and per
     rank, and the peak-memory estimate."""
-    from checkpoint_tool.plan.sharding import file_layers
-
     catalog = inputs.catalog
     tp = inputs.options.tp
     by_rule: dict[str, int] = {}
