@@ -20,12 +20,15 @@ from checkpoint_tool.cli.options import (
     FseOpt,
     LayersOpt,
     LayoutOpt,
+    MaxErrorOpt,
     MaxShardSizeOpt,
     MemoryBudgetOpt,
     OverwriteOpt,
     PadToOpt,
     ProgressOpt,
     RecipeOpt,
+    RequantizeLayersOpt,
+    RequantizeSharedOpt,
     SourceArg,
     TargetOpt,
     TpOpt,
@@ -102,6 +105,9 @@ def register(app: typer.Typer) -> None:
         pad_to: PadToOpt = None,
         max_shard_size: MaxShardSizeOpt = "5GB",  # type: ignore[assignment]  # parsed to int
         layers: LayersOpt = None,
+        requantize_shared: RequantizeSharedOpt = None,
+        requantize_layers: RequantizeLayersOpt = None,
+        max_error: MaxErrorOpt = None,
         layout: LayoutOpt = "hf",
         workers: Annotated[
             int, typer.Option("--workers", "-j", min=1, help="Output files written in parallel.")
@@ -144,8 +150,12 @@ def register(app: typer.Typer) -> None:
         from checkpoint_tool.cli.plan import render_plan
         from checkpoint_tool.cli.session import open_plan, plan_options
         from checkpoint_tool.execute import execute_plan
+        from checkpoint_tool.quant.requant.select import RequantRequest
 
-        catalog, plan = open_plan(src, plan_options(ctx), recipe=recipe, headers_only=False)
+        requant = RequantRequest.parse(requantize_shared, requantize_layers, max_error)
+        catalog, plan = open_plan(
+            src, plan_options(ctx), recipe=recipe, headers_only=False, requant=requant
+        )
         if dry_run:  # the plan as `ckpt plan` prints it (json: the whole plan)
             emit(plan, fmt, human=render_plan)
             return

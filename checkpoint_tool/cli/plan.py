@@ -18,9 +18,12 @@ from checkpoint_tool.cli.options import (
     FseOpt,
     LayersOpt,
     LayoutOpt,
+    MaxErrorOpt,
     MaxShardSizeOpt,
     PadToOpt,
     RecipeOpt,
+    RequantizeLayersOpt,
+    RequantizeSharedOpt,
     SourceArg,
     TargetOpt,
     TpOpt,
@@ -158,11 +161,16 @@ def register(app: typer.Typer) -> None:
         pad_to: PadToOpt = None,
         max_shard_size: MaxShardSizeOpt = "5GB",  # type: ignore[assignment]  # parsed to int
         layers: LayersOpt = None,
+        requantize_shared: RequantizeSharedOpt = None,
+        requantize_layers: RequantizeLayersOpt = None,
+        max_error: MaxErrorOpt = None,
         layout: LayoutOpt = "hf",
         fmt: FormatOpt = "human",
     ) -> None:
         from checkpoint_tool.cli.session import open_plan, paused_gc, plan_options
+        from checkpoint_tool.quant.requant.select import RequantRequest
 
-        _, plan = open_plan(src, plan_options(ctx), recipe=recipe)
+        requant = RequantRequest.parse(requantize_shared, requantize_layers, max_error)
+        _, plan = open_plan(src, plan_options(ctx), recipe=recipe, requant=requant)
         with paused_gc():  # ~10^6 live plan objects: no collector walks while 60 MB are written
             emit(plan, fmt, human=render_plan)
