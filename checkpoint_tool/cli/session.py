@@ -71,8 +71,8 @@ def open_plan(
     ``requant``: a ``quant.requant.select.RequantRequest`` (``--requantize-shared``)."""
     from checkpoint_tool.plan.build import plan_for_catalog
 
-    if requant is not None and requant.needs_errors():
-        headers_only = False  # the error budget reads the shared experts' weights
+    if requant is not None:
+        headers_only = False  # the error preview reads the shared experts' weights
     with opened(src, headers_only=headers_only) as catalog:
         if requant is not None:
             from checkpoint_tool.quant.requant.plan import plan_with_requant

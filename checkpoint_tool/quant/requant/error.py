@@ -40,7 +40,7 @@ MXFP4_SCHEME = Scheme(
     source="quark",
     rule="requantized by ckpt",
 )
-DEFAULT_TOKENS = 64
+DEFAULT_TOKENS = 16
 DEFAULT_SEED = 0
 
 
@@ -102,7 +102,7 @@ def measure_layers(
         formats = set()
         for e in loaded.weights.shared:
             projs = []
-            for p in e.projections:
+            for p in e.projections():
                 q, e2, r2 = requantize_projection(p)
                 projs.append(q)
                 err, ref = err + e2, ref + r2

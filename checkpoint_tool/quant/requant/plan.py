@@ -54,7 +54,7 @@ def plan_with_requant(
         tensor_shapes={n: e.shape for n, e in catalog.tensors.items()},
     )
     where = catalog.source or str(catalog.root)
-    if request.needs_errors() and errors is None:
+    if errors is None:  # the preview: every candidate layer's cost, measured once
         from checkpoint_tool.quant.requant.error import measure_layers
 
         wanted = request.layers if isinstance(request.layers, list) else candidate_layers(facts)
@@ -111,6 +111,20 @@ def finish(plan: Plan, view: RequantView, errors: dict[int, Any]) -> Plan:
         plan.config.setdefault("ckpt", {})["requantized_shared"] = record
     fused = [n for n in view.layers if plan.fse_layers.get(n)]
     notes = list(view.notes)
+    for n in sorted(errors):
+        e = errors[n].summary()
+        chosen = (
+            "requantized"
+            if n in view.layers
+            else "already MXFP4"
+            if n in view.requested
+            else "kept"
+        )
+        notes.append(
+            f"requantize: layer {n} ({chosen}): shared expert weight error "
+            f"{e['weight_rel_error']:.4g}, MoE output error {e['moe_rel_error']:.4g} "
+            f"({e['tokens']} sampled tokens)"
+        )
     if view.layers:
         notes.append(
             f"requantize: the shared experts of MoE layer(s) {view.layers} are written as MXFP4 "
@@ -127,9 +141,26 @@ def record_of(view: RequantView, errors: dict[int, Any]) -> dict[str, Any]:
         "scheme": "mxfp4",
         "quantizer": QUANTIZER,
         "layers": list(view.layers),
+        "requested": list(view.requested),
         "modules": {
             m.module: {"source": m.source_format, "weight": m.weight, "shape": list(m.shape)}
             for m in sorted(view.modules.values(), key=lambda m: m.module)
         },
-        "errors": {str(n): errors[n].summary() for n in sorted(errors) if n in set(view.layers)},
+        "errors": {str(n): errors[n].summary() for n in sorted(errors)},
     }
+
+
+def replan_recorded(
+    catalog: Catalog, options: PlanOptions, recipe: Any, record: dict[str, Any]
+) -> Plan:
+    """The plan convert executed, from DST's ``requantized_shared`` record (verify): the same
+    layers, the recorded errors (not measured again)."""
+    from checkpoint_tool.quant.requant.error import LayerError
+
+    errors = {
+        int(n): LayerError(layer=int(n), source="", **e)
+        for n, e in (record.get("errors") or {}).items()
+    }
+    asked = record.get("requested") or record.get("layers") or []
+    request = RequantRequest(layers=[int(n) for n in asked])
+    return plan_with_requant(catalog, options, request, recipe=recipe, errors=errors)

@@ -5,8 +5,9 @@ tensors Quark writes for MXFP4 (``weight`` U8 ``[N, K/2]``, ``weight_scale`` U8 
 instead of their source tensors (BF16 ``weight``; FP8 ``weight`` + ``weight_scale(_inv)``,
 ``input_scale``), and whose ``quantization_config`` says so the way vLLM's Quark loader and FSE
 gate read it: the modules leave ``exclude`` (a pattern that covered them is replaced by the
-exact names of the other modules it covered) and get a ``layer_quant_config`` entry equal to the
-routed experts' MXFP4 spec. The policy and the planner run on that view unchanged, so a fusing
+exact names of the other modules it covered) and resolve to the routed experts' MXFP4 spec:
+the global one (an exact ``layer_quant_config`` entry they had, e.g. FP8, is removed), else an
+exact entry equal to it, written first (vLLM takes the first key that matches). The policy and the planner run on that view unchanged, so a fusing
 ``--target`` gives those layers their routed slots. ``quant.requant.plan`` then points the
 planned pieces back at the source (``<module>.weight@mxfp4``).
 
@@ -99,6 +100,8 @@ class RequantView:
     notes: list[str] = field(default_factory=list)
     #: virtual tensor name -> its module (``M.weight``, ``M.weight_scale``)
     virtual: dict[str, str] = field(default_factory=dict)
+    #: the layers asked for (``layers`` plus those already MXFP4)
+    requested: list[int] = field(default_factory=list)
 
 
 def requant_view(catalog: Catalog, facts: ModelFacts, layers: list[int]) -> RequantView:
@@ -147,7 +150,7 @@ def requant_view(catalog: Catalog, facts: ModelFacts, layers: list[int]) -> Requ
     if modules:
         _edit_quark(config["quantization_config"], facts, done, modules, resolved)
     view = replace(catalog, tensors=tensors, config=config)
-    return RequantView(view, modules, done, notes, virtual)
+    return RequantView(view, modules, done, notes, virtual, list(layers))
 
 
 def _module(
@@ -222,13 +225,18 @@ def _edit_quark(
         qc["exclude"] = new_exclude
     lqc = qc.get("layer_quant_config")
     lqc = dict(lqc) if isinstance(lqc, dict) else {}
+    glob = qc.get("global_quant_config")
     by_layer = {lf.layer: lf for lf in facts.moe_layers}
+    first: dict[str, Any] = {}
     for n in layers:
-        routed = quark_layer_config(by_layer[n].routed_prefix, lqc) or qc.get("global_quant_config")
+        routed = quark_layer_config(by_layer[n].routed_prefix, lqc) or glob
         spec = routed if _is_mxfp4(routed) else QUARK_MXFP4_SPEC
         for module in sorted(m for m in chosen if modules[m].layer == n):
-            lqc[module] = copy.deepcopy(spec)
-    qc["layer_quant_config"] = lqc
+            lqc.pop(module, None)  # an exact entry (e.g. the FP8 spec it had)
+            if spec != glob or quark_layer_config(module, lqc) is not None:
+                first[module] = copy.deepcopy(spec)  # ahead of any pattern that matches it
+    if first or "layer_quant_config" in qc:
+        qc["layer_quant_config"] = {**first, **lqc}
 
 
 def _is_mxfp4(spec: Any) -> bool:
