@@ -40,13 +40,14 @@ SUFFIX = "@mxfp4"
 
 
 def codec_mxfp4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """MXFP4 by the codec, negative zeros written as +0 (as Quark 0.13 exports)."""
+    """MXFP4 by the codec, as Quark 0.13 exports it: negative zeros written +0, scale bytes at
+    least 1 (``quant.requant.mxfp4`` says why)."""
     parts = MxFp4Codec().quantize(w)
     b = parts["weight"]
     lo, hi = b & 0x0F, b >> 4
     lo = torch.where(lo == 8, torch.zeros_like(lo), lo)
     hi = torch.where(hi == 8, torch.zeros_like(hi), hi)
-    return (lo | (hi << 4)).to(torch.uint8), parts["scale"]
+    return (lo | (hi << 4)).to(torch.uint8), parts["scale"].clamp(min=1)  # Quark: >= 2**-126
 
 
 class IndependentRequant:
@@ -129,7 +130,7 @@ def weight_errors(catalog: Catalog, meta: dict[str, Any]) -> dict[int, float]:
         return {}
     ind = IndependentRequant(catalog)
     sums: dict[int, list[float]] = {}
-    for module, info in sorted(rec.get("modules", {}).items()):
+    for module in sorted(rec.get("modules", {})):
         layer = next((n for n in rec["layers"] if f".layers.{n}." in f".{module}."), None)
         if layer is None:
             continue

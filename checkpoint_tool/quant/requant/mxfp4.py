@@ -6,7 +6,10 @@ per byte (element ``2k`` in the low nibble), ``weight_scale`` U8 ``[out, in/32]`
 Rounding (the rules Quark 0.13 uses, ``scale_calculation_mode: "even"``):
 
 - scale: the group's float32 ``amax`` rounded to 1 mantissa bit (``+0x200000`` on its bits,
-  then keep sign+exponent), ``k = floor(log2) - 2`` clamped to [-127, 127]; byte ``k + 127``;
+  then keep sign+exponent), ``k = floor(log2) - 2`` clamped to [-127, 127]; the elements are
+  scaled by ``2**-k`` but the stored byte is ``max(k, -126) + 127`` (Quark's ``to_e8m0_uint8``
+  clamps the scale's log2 at -126: an all-zero group, or one with ``amax < 2**-124``, stores
+  byte 1, not 0);
 - element: ``x * 2**-k`` (exact in float32) rounded to the nearest E2M1 value, ties to the even
   code, saturating at 6; a negative value that rounds to zero is written +0 (code 0, not 8).
 
@@ -75,7 +78,7 @@ def _chunk(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, name: st
         )
     groups = mag_bits.view(n, cols // GROUP, GROUP)
     k = scale_exponents(groups.amax(dim=-1))
-    scales.copy_((k + 127).to(torch.uint8))
+    scales.copy_((k + 127).clamp_(min=1).to(torch.uint8))  # Quark stores at least 2**-126
     inv = ((127 - k) << 23).view(torch.float32)  # 2**-k exactly (k <= 127 keeps it normal)
     inv = torch.where(k == 127, torch.tensor(2.0**-127), inv)  # 2**-127: a subnormal
     mag = groups.view(torch.float32) * inv[..., None]
