@@ -36,12 +36,11 @@ def adversarial(shape: tuple[int, int], seed: int) -> torch.Tensor:
 
 
 def main(out: Path) -> None:
-    from safetensors.torch import save_file
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     from quark.torch import ModelQuantizer, export_safetensors
     from quark.torch.quantization.config.config import QConfig
     from quark.torch.quantization.config.template import MXFP4Scheme
+    from safetensors.torch import save_file
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     cfg = LlamaConfig(
@@ -62,7 +61,9 @@ def main(out: Path) -> None:
         {k: v.contiguous().clone() for k, v in model.state_dict().items()},
         str(out / "source.safetensors"),
     )
-    quantizer = ModelQuantizer(QConfig(global_quant_config=MXFP4Scheme().config, exclude=["lm_head"]))
+    quantizer = ModelQuantizer(
+        QConfig(global_quant_config=MXFP4Scheme().config, exclude=["lm_head"])
+    )
     model = quantizer.freeze(quantizer.quantize_model(model, None))
     export_safetensors(model, str(out / "out"))
 

@@ -42,7 +42,7 @@ def test_even_scale_rule_rounds_amax_up_at_seven_eighths() -> None:
 
 
 def test_negative_rounding_to_zero_is_plus_zero_and_zero_groups_store_byte_one() -> None:
-    w, s = quantize_mxfp4(_row(-0.1, 4.0))
+    w, _s = quantize_mxfp4(_row(-0.1, 4.0))
     assert int(w[0, 0]) & 0x0F == 0
     assert int(quantize_mxfp4(torch.zeros(1, 32))[1][0, 0]) == 1
 

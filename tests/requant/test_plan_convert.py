@@ -39,16 +39,12 @@ def test_plain_plan_has_no_requantization(monkeypatch, capsys, hybrid: Path) -> 
 
 
 def test_plan_requantizes_and_fuses(monkeypatch, capsys, hybrid: Path) -> None:  # type: ignore[no-untyped-def]
-    doc = _plan(
-        monkeypatch, capsys, hybrid, "--target", FSE_TARGET, "--requantize-shared", "mxfp4"
-    )
+    doc = _plan(monkeypatch, capsys, hybrid, "--target", FSE_TARGET, "--requantize-shared", "mxfp4")
     assert doc["fse_layers"] == {"1": True, "2": True, "3": True, "4": True}
     tensors = _tensors(doc)
     slot = tensors["model.layers.1.mlp.experts.8.down_proj.weight"]
     assert slot["dtype"] == "U8"
-    assert [p["source"] for p in slot["pieces"]] == [
-        SHARED.format(n=1, p="down") + ".weight@mxfp4"
-    ]
+    assert [p["source"] for p in slot["pieces"]] == [SHARED.format(n=1, p="down") + ".weight@mxfp4"]
     assert slot["ops"][0] == "requantize mxfp4 <- unquantized (Quark 0.13 rounding)"
     scale = tensors["model.layers.2.mlp.experts.8.gate_proj.weight_scale"]
     assert scale["pieces"][0]["source"] == SHARED.format(n=2, p="gate") + ".weight_scale@mxfp4"
@@ -88,9 +84,7 @@ def _source_weight(src: Path, module: str) -> torch.Tensor:
     if w.dtype == torch.bfloat16:
         return w.float()
     scale = read_tensor(cat, f"{module}.weight_scale")
-    return codec_for_format("fp8_block", block=(128, 128)).dequantize(
-        {"weight": w, "scale": scale}
-    )
+    return codec_for_format("fp8_block", block=(128, 128)).dequantize({"weight": w, "scale": scale})
 
 
 def test_converted_bytes_are_the_independent_quantizers(hybrid: Path, converted: Path) -> None:

@@ -18,11 +18,11 @@ import torch
 pytest.importorskip("quark", reason="AMD Quark is the `quark` extra: pip install -e '.[quark]'")
 pytest.importorskip("transformers", reason="Quark's exporter needs transformers ('.[quark]')")
 
-from safetensors.torch import load_file  # noqa: E402
+from safetensors.torch import load_file
 
-from checkpoint_tool.quant.requant.mxfp4 import quantize_mxfp4  # noqa: E402
-from checkpoint_tool.quant.requant.view import QUARK_MXFP4_SPEC  # noqa: E402
-from checkpoint_tool.verify.requant import codec_mxfp4  # noqa: E402
+from checkpoint_tool.quant.requant.mxfp4 import quantize_mxfp4
+from checkpoint_tool.quant.requant.view import QUARK_MXFP4_SPEC
+from checkpoint_tool.verify.requant import codec_mxfp4
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def test_bytes_equal_quark_export(quark_out: Path) -> None:
 def test_the_adversarial_cases_are_exercised(quark_out: Path) -> None:
     """Ties, negative zeros and tiny groups are really in the data (else the test proves less)."""
     src = load_file(str(quark_out / "source.safetensors"))
-    exported = load_file(str(next((quark_out / "out").glob("*.safetensors"))))
+    load_file(str(next((quark_out / "out").glob("*.safetensors"))))
     m = "model.layers.0.mlp.gate_proj"
     w, s = quantize_mxfp4(src[f"{m}.weight"])
     assert int(s[1, 0]) == 1  # an all-zero group stores 2**-126 (byte 1), not 0

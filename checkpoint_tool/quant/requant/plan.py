@@ -59,6 +59,7 @@ def plan_with_requant(
 
         wanted = request.layers if isinstance(request.layers, list) else candidate_layers(facts)
         select_layers(RequantRequest(layers=wanted), facts, None, where=where)  # exist at all?
+        requant_view(catalog, facts, wanted)  # every module requantizable (headers only)
         errors = measure_layers(catalog, wanted)
     budget = {n: e.moe_rel_error for n, e in (errors or {}).items()}
     layers = select_layers(request, facts, budget, where=where)
