@@ -68,24 +68,26 @@ def quantize_mxfp4(x: torch.Tensor, *, name: str = "weight") -> tuple[torch.Tens
 
 def _chunk(x: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor, name: str) -> None:
     n, cols = x.shape
-    f = x.to(torch.float32).contiguous()
-    bits = f.view(torch.int32)
-    mag_bits = bits & 0x7FFFFFFF
-    if bool((mag_bits >= 0x7F800000).any()):
+    f = x.to(torch.float32)
+    if f.data_ptr() == x.data_ptr() or not f.is_contiguous():
+        f = f.contiguous().clone()  # the passes below work in place
+    negative = f.view(torch.int32) < 0
+    mag_bits = f.abs_().view(torch.int32)
+    amax = mag_bits.view(n, cols // GROUP, GROUP).amax(dim=-1)
+    if int(amax.max()) >= 0x7F800000:
         raise InputError(
             f"{name}: the weight holds NaN or infinite values; fix the source tensor before "
             "requantizing it"
         )
-    groups = mag_bits.view(n, cols // GROUP, GROUP)
-    k = scale_exponents(groups.amax(dim=-1))
+    k = scale_exponents(amax)
     scales.copy_((k + 127).clamp_(min=1).to(torch.uint8))  # Quark stores at least 2**-126
     inv = ((127 - k) << 23).view(torch.float32)  # 2**-k exactly (k <= 127 keeps it normal)
     inv = torch.where(k == 127, torch.tensor(2.0**-127), inv)  # 2**-127: a subnormal
-    mag = groups.view(torch.float32) * inv[..., None]
-    mag = mag.view(n, cols)
-    code = (mag > _BOUNDS_LIST[0]).view(torch.uint8)
+    mag = f.view(n, cols // GROUP, GROUP).mul_(inv[..., None]).view(n, cols)
+    above = torch.empty((n, cols), dtype=torch.bool)
+    code = torch.gt(mag, _BOUNDS_LIST[0]).view(torch.uint8)
     for bound in _BOUNDS_LIST[1:]:  # seven compares: the code counts the bounds below it
-        code += (mag > bound).view(torch.uint8)
-    sign = ((bits >> 28) & 8).to(torch.uint8)
+        code += torch.gt(mag, bound, out=above).view(torch.uint8)
+    sign = negative.view(torch.uint8) << 3
     code |= sign & ((code + 7) & 8)  # the sign bit, on non-zero codes only (Quark: +0)
     torch.bitwise_or(code[:, 0::2], code[:, 1::2] << 4, out=packed)
