@@ -16,12 +16,12 @@ import pytest
 FSE_TARGET = "vllm-0.33-rocm-aiter-fse"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def hybrid(synth_ckpt: Callable[..., Path]) -> Path:
     return synth_ckpt("quark-hybrid")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def converted(hybrid: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``ckpt convert quark-hybrid --target FSE --requantize-shared mxfp4`` (all layers)."""
     from checkpoint_tool.cli.session import open_plan

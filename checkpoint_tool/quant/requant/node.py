@@ -5,9 +5,10 @@ source weight, dequantized (``quant.requant.source``) and quantized (``quant.req
 ``requant_node`` gives an ``execute.ops`` node: the module is requantized when the stream first
 asks for its rows (reading the source through the stream's reader, a block of rows at a time),
 then its regions and pads are those of any piece. Memory: one module's float32 weight while it
-is quantized, and the MXFP4 bytes of the last few modules (FSE chunks and TP slices of one
-module land in several output tensors). Deterministic: the same source bytes give the same
-output bytes on any machine.
+is quantized, and the MXFP4 bytes of the last two modules, keyed by the content of their source
+bytes (FSE chunks and TP slices of one module land in several output tensors; each reads the
+source again, and the hit skips the quantization). Deterministic: the same source bytes give
+the same output bytes on any machine.
 
 Example::
 
@@ -18,10 +19,11 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -77,6 +79,8 @@ class RequantNode:
     weight: TensorEntry
     scale: TensorEntry | None
     part: str
+    #: this node's bytes once computed (the stream asks for them a block of rows at a time)
+    memo: list = field(default_factory=list, compare=False, repr=False)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -99,18 +103,28 @@ class RequantNode:
     def fill_rows(self, r0: int, r1: int, out: np.ndarray, read: ReadFn) -> None:
         data = self._data(read, max(1, r1 - r0) * self.read_row_bytes())
         self.inner.fill_rows(r0, r1, out, _memory_read(data))
+        if r1 >= self.shape[0]:
+            self.memo.clear()  # the last rows: the stream is done with this tensor
 
     def row(self, r: int) -> RequantRow:
         return RequantRow(self, self.inner.row(r))
 
     def _data(self, read: ReadFn, chunk: int) -> bytes | memoryview:
-        key = (self.weight.file, self.weight.begin)
+        if not self.memo:
+            self.memo.append(self._compute(read, chunk))
+        return self.memo[0]
+
+    def _compute(self, read: ReadFn, chunk: int) -> memoryview:
+        raw_w = _read_whole(self.weight, read, chunk)
+        raw_s = _read_whole(self.scale, read, chunk) if self.scale is not None else b""
+        # keyed by content: two sources with the same layout never share an entry
+        key = (self.weight.dtype, self.weight.shape, hashlib.blake2b(raw_w + raw_s).digest())
         with _LOCK:
             hit = _CACHE.get(key)
             if hit is not None:
                 _CACHE.move_to_end(key)
         if hit is None:
-            hit = _quantize(self.weight, self.scale, read, chunk)
+            hit = _quantize(self.weight, self.scale, raw_w, raw_s)
             with _LOCK:
                 _CACHE[key] = hit
                 while len(_CACHE) > _CACHE_SIZE:
@@ -169,17 +183,15 @@ def _read_whole(entry: TensorEntry, read: ReadFn, chunk: int) -> bytes:
 
 
 def _quantize(
-    weight: TensorEntry, scale: TensorEntry | None, read: ReadFn, chunk: int
+    weight: TensorEntry, scale: TensorEntry | None, raw_w: bytes, raw_s: bytes
 ) -> tuple[np.ndarray, np.ndarray]:
     from checkpoint_tool.catalog.reader import bytes_to_tensor
     from checkpoint_tool.quant.requant.mxfp4 import quantize_mxfp4
     from checkpoint_tool.quant.requant.source import dequantize_source
 
-    parts = {
-        "weight": bytes_to_tensor(_read_whole(weight, read, chunk), weight.dtype, weight.shape)
-    }
+    parts = {"weight": bytes_to_tensor(raw_w, weight.dtype, weight.shape)}
     if scale is not None:
-        parts["scale"] = bytes_to_tensor(_read_whole(scale, read, chunk), scale.dtype, scale.shape)
+        parts["scale"] = bytes_to_tensor(raw_s, scale.dtype, scale.shape)
     try:
         w = dequantize_source(parts)
     except InputError as exc:
