@@ -20,12 +20,15 @@ from checkpoint_tool.cli.options import (
     FseOpt,
     LayersOpt,
     LayoutOpt,
+    MaxErrorOpt,
     MaxShardSizeOpt,
     MemoryBudgetOpt,
     OverwriteOpt,
     PadToOpt,
     ProgressOpt,
     RecipeOpt,
+    RequantizeLayersOpt,
+    RequantizeSharedOpt,
     SourceArg,
     TargetOpt,
     TpOpt,
@@ -34,6 +37,7 @@ from checkpoint_tool.cli.output import emit
 from checkpoint_tool.cli.render import render_convert, render_plan, render_target
 from checkpoint_tool.cli.spread import convert_spread, run_convert
 from checkpoint_tool.execute.runner import execute_plan
+from checkpoint_tool.quant.requant.select import RequantRequest
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -72,6 +76,9 @@ def register(app: typer.Typer) -> None:
         pad_to: PadToOpt = None,
         max_shard_size: MaxShardSizeOpt = "5GB",  # type: ignore[assignment]  # parsed to int
         layers: LayersOpt = None,
+        requantize_shared: RequantizeSharedOpt = None,
+        requantize_layers: RequantizeLayersOpt = None,
+        max_error: MaxErrorOpt = None,
         layout: LayoutOpt = "hf",
         workers: Annotated[
             int, typer.Option("--workers", "-j", min=1, help="Output files written in parallel.")
@@ -111,8 +118,9 @@ def register(app: typer.Typer) -> None:
         part: dist.PartOpt = None,
         finalize: dist.FinalizeOpt = False,
     ) -> None:
+        requant = RequantRequest.parse(requantize_shared, requantize_layers, max_error)
         catalog, plan = session.open_plan(
-            src, session.plan_options(ctx), recipe=recipe, headers_only=False
+            src, session.plan_options(ctx), recipe=recipe, headers_only=False, requant=requant
         )
         if dry_run:  # the plan as `ckpt plan` prints it (json: the whole plan)
             emit(plan, fmt, human=render_plan)

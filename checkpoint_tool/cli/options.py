@@ -168,3 +168,32 @@ ReportFormatOpt = Annotated[
     OutputFormat,
     _format_option("human, json, junit (JUnit XML), markdown or html (a page with the layer map)."),
 ]
+
+#: ``plan`` / ``convert``: offline requantization of chosen shared experts (``quant.requant``)
+RequantizeSharedOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--requantize-shared",
+        metavar="<scheme>",
+        help="Requantize the shared experts of --requantize-layers to this scheme (mxfp4: "
+        "OCP MXFP4 as AMD Quark writes it) so those layers can fuse. See docs/requant.md.",
+    ),
+]
+RequantizeLayersOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--requantize-layers",
+        metavar="<layers>",
+        help="MoE layers whose shared experts are requantized: 10-20, 3,5, all (default) or "
+        "auto (those under --max-error).",
+    ),
+]
+MaxErrorOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-error",
+        metavar="<rel>",
+        help="Budget on each requantized layer's MoE output relative error, e.g. 0.01 "
+        "(measured on sampled activations before anything is written).",
+    ),
+]

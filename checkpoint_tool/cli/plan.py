@@ -16,15 +16,19 @@ from checkpoint_tool.cli.options import (
     FseOpt,
     LayersOpt,
     LayoutOpt,
+    MaxErrorOpt,
     MaxShardSizeOpt,
     PadToOpt,
     RecipeOpt,
+    RequantizeLayersOpt,
+    RequantizeSharedOpt,
     SourceArg,
     TargetOpt,
     TpOpt,
 )
 from checkpoint_tool.cli.output import emit
 from checkpoint_tool.cli.render import render_plan
+from checkpoint_tool.quant.requant.select import RequantRequest
 
 HELP = (
     "Show what a conversion would do (renames, FSE redirection, padding, files), reading only "
@@ -50,9 +54,13 @@ def register(app: typer.Typer) -> None:
         pad_to: PadToOpt = None,
         max_shard_size: MaxShardSizeOpt = "5GB",  # type: ignore[assignment]  # parsed to int
         layers: LayersOpt = None,
+        requantize_shared: RequantizeSharedOpt = None,
+        requantize_layers: RequantizeLayersOpt = None,
+        max_error: MaxErrorOpt = None,
         layout: LayoutOpt = "hf",
         fmt: FormatOpt = "human",
     ) -> None:
-        _, plan = session.open_plan(src, session.plan_options(ctx), recipe=recipe)
+        requant = RequantRequest.parse(requantize_shared, requantize_layers, max_error)
+        _, plan = session.open_plan(src, session.plan_options(ctx), recipe=recipe, requant=requant)
         with session.paused_gc():  # ~10^6 live plan objects: no collector walks while 60 MB are written
             emit(plan, fmt, human=render_plan)

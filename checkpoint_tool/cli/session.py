@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -60,11 +60,24 @@ def plan_options(ctx: typer.Context) -> PlanOptions:
 
 
 def open_plan(
-    src: str, options: PlanOptions, *, recipe: str | None, headers_only: bool = True
+    src: str,
+    options: PlanOptions,
+    *,
+    recipe: str | None,
+    headers_only: bool = True,
+    requant: Any = None,
 ) -> tuple[Catalog, Plan]:
-    """Open ``src`` and plan its conversion (``recipe`` None: the one config.json matches)."""
+    """Open ``src`` and plan its conversion (``recipe`` None: the one config.json matches);
+    ``requant``: a ``quant.requant.select.RequantRequest`` (``--requantize-shared``)."""
     from checkpoint_tool.plan.build import plan_for_catalog
 
+    if requant is not None:
+        headers_only = False  # the error preview reads the shared experts' weights
     with opened(src, headers_only=headers_only) as catalog:
-        plan = plan_for_catalog(catalog, options, recipe=recipe)
+        if requant is not None:
+            from checkpoint_tool.quant.requant.plan import plan_with_requant
+
+            plan = plan_with_requant(catalog, options, requant, recipe=recipe)
+        else:
+            plan = plan_for_catalog(catalog, options, recipe=recipe)
     return catalog, plan

@@ -289,6 +289,11 @@ def build_node(out: OutputTensor, sources: Mapping[str, TensorEntry]) -> Node:
         raise InputError(f"{out.name}: the plan gives no source pieces; re-plan")
     pieces: list[Node] = []
     for piece in out.pieces:
+        if piece.source.endswith("@mxfp4"):  # a requantized source (``quant.requant.node``)
+            from checkpoint_tool.quant.requant.node import requant_node
+
+            pieces.append(requant_node(piece, sources, out.name))
+            continue
         entry = sources.get(piece.source)
         if entry is None:
             raise InputError(

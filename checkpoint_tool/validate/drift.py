@@ -124,4 +124,7 @@ def check_policy_drift(ctx: ValidationContext) -> list[Issue]:
         resolved=ctx.resolved(),
         target=expected.target,
     )
-    return compare_policies(expected, actual)
+    from checkpoint_tool.validate.requant_drift import split_requantized
+
+    expected, actual, requantized = split_requantized(expected, actual, ctx.config)
+    return [*requantized, *compare_policies(expected, actual)]

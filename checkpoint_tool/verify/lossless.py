@@ -112,6 +112,8 @@ class LosslessChecker:
 
     # -- source -----------------------------------------------------------------------------
     def lookup(self, name: str) -> tuple[str, tuple[int, ...]]:
+        if name.endswith("@mxfp4"):  # a requantized source: ``verify.requant``
+            return self._requant().lookup(name)
         entry = self.catalog.tensors.get(name)
         if entry is None:
             raise InputError(
@@ -120,7 +122,16 @@ class LosslessChecker:
             )
         return entry.dtype, entry.shape
 
+    def _requant(self):  # type: ignore[no-untyped-def]
+        if getattr(self, "_independent", None) is None:
+            from checkpoint_tool.verify.requant import IndependentRequant
+
+            self._independent = IndependentRequant(self.catalog)
+        return self._independent
+
     def read_source_rows(self, name: str, r0: int, r1: int) -> np.ndarray:
+        if name.endswith("@mxfp4"):
+            return self._requant().rows(name, r0, r1)
         entry = self.catalog.tensors[name]
         shape, itemsize = storage_geometry(entry.dtype, entry.shape)
         if not entry.shape:

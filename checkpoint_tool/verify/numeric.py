@@ -225,6 +225,9 @@ def _check_layer(
     result.experts_used = len(used)
     try:
         src_layer = src.layer(layer, experts=used, router=src_router)
+        from checkpoint_tool.verify.requant import requantized_reference
+
+        src_layer = requantized_reference(src_layer, layer, dst.ckpt_metadata())
         ref = _reference(x, src_layer, src_routing, ids_s, w_s)
     except CkptError as exc:
         result.message = f"source: {exc.message}"

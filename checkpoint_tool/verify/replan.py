@@ -62,14 +62,22 @@ def check_source_identity(manifest: Manifest, catalog: Catalog) -> None:
                 )
 
 
-def rebuild_plan(manifest: Manifest, catalog: Catalog) -> tuple[Plan, bool]:
+def rebuild_plan(
+    manifest: Manifest, catalog: Catalog, *, requant: dict | None = None
+) -> tuple[Plan, bool]:
     """Plan ``catalog`` again with the manifest's recipe and options.
 
     Returns the plan and whether its fingerprint equals ``manifest.plan_sha256`` (computed with
     the manifest's source string, revision and ckpt version, which only label the plan).
+    ``requant``: DST's ``config.json["ckpt"]["requantized_shared"]`` (``quant.requant``).
     """
     try:
-        plan = plan_for_catalog(catalog, manifest.options, recipe=manifest.recipe)
+        if requant is None:
+            plan = plan_for_catalog(catalog, manifest.options, recipe=manifest.recipe)
+        else:  # convert --requantize-shared: the recorded layers and errors
+            from checkpoint_tool.quant.requant.plan import replan_recorded
+
+            plan = replan_recorded(catalog, manifest.options, manifest.recipe, requant)
     except CkptError as exc:
         raise UsageError(
             f"cannot plan the source again with the recorded recipe {manifest.recipe!r} and "

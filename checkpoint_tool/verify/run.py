@@ -88,7 +88,10 @@ def verify_checkpoint(
     if options.lossless:
         manifest = require_manifest(dst)
         check_source_identity(manifest, src_catalog)
-        plan, same = rebuild_plan(manifest, src_catalog)
+        from checkpoint_tool.verify.requant import check_errors, recorded
+
+        requant = recorded(_config_meta(dst))
+        plan, same = rebuild_plan(manifest, src_catalog, requant=requant)
         lossless = check_lossless(
             plan,
             src_catalog,
@@ -98,6 +101,11 @@ def verify_checkpoint(
             progress=progress,
         )
         lossless.plan_matches_manifest = same
+        if requant is not None:  # requantized shared experts: their errors recomputed
+            requant_notes, requant_ok = check_errors(src_catalog, _config_meta(dst))
+            notes += requant_notes
+            if not requant_ok:
+                lossless.status = "failed"
         lossless.plan_sha256 = manifest.plan_sha256
         checked = lossless.tensors_checked
         if checked and lossless.mismatch_count > checked // 2:
