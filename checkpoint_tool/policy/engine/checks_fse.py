@@ -20,7 +20,14 @@ from typing import Any
 from .context import EngineContext
 from .model import EngineFinding, RuleSpec
 
-FSE_RULES = ("fse_mixed_all_or_nothing", "fse_mixed_under_parallelism", "fse_slots_unfused")
+FSE_RULES = (
+    "fse_mixed_all_or_nothing",
+    "fse_mixed_under_parallelism",
+    "fse_slots_unfused",
+    "fse_redirect_scalar",
+)
+#: the models whose ``load_weights`` redirects shared experts online (deepseek_v2.py)
+_REDIRECTING = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"}
 
 _NOT_APPLICABLE = {"no_shared_experts", "fse_off"}
 #: decisions the engine's gate allowed but ckpt (target or option rule) turned off
@@ -78,6 +85,43 @@ def _unfused_slots(ctx: EngineContext, rule: RuleSpec, on: list[int], off: list[
     ]
 
 
+def _scalar_redirect(ctx: EngineContext, rule: RuleSpec, on: list[int], off: list[int]) -> list:
+    """0-d shared-expert tensors on layers the engine fuses online: vLLM's redirection
+    (deepseek_v2.py ``DeepseekV2Model.load_weights``) splits every ``mlp.shared_experts``
+    tensor into ``n_shared_experts`` chunks, ``total = loaded_weight.shape[split_dim]``, and a
+    0-d tensor (NVFP4 ``weight_scale_2`` / ``input_scale``) raises IndexError. Layers a
+    previous convert pre-fused hold no such names."""
+    if not ctx.target.fuses or not on or (ctx.target.fse == "all_or_nothing" and off):
+        return []
+    if not _REDIRECTING & set(ctx.config.get("architectures") or []):
+        return []
+    prefused = prefused_layers(ctx.policy)
+    prefixes = {
+        m.shared.prefix + ".": m.layer
+        for m in ctx.policy.moe_layers
+        if m.layer in on and m.layer not in prefused and not m.is_mtp and m.shared is not None
+    }
+    hits: dict[int, list[str]] = {}
+    for name, entry in ctx.catalog.tensors.items():
+        if tuple(entry.shape) or ".shared_experts." not in name:
+            continue
+        head = name[: name.index(".shared_experts.") + len(".shared_experts.")]
+        if head in prefixes:
+            hits.setdefault(prefixes[head], []).append(name)
+    if not hits:
+        return []
+    names = sorted(n for v in hits.values() for n in v)
+    return [
+        rule.finding(
+            layers=sorted(hits),
+            tensors=names,
+            tensor=names[0],
+            target=ctx.target.name,
+            details={"scalars": {str(k): sorted(v) for k, v in sorted(hits.items())}},
+        )
+    ]
+
+
 def _flags(ctx: EngineContext) -> list[str]:
     o = ctx.options
     flags = ["--ep"] if o.ep else []
@@ -92,6 +136,8 @@ def check_fse(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFind
     out = []
     if "fse_slots_unfused" in rules:
         out += _unfused_slots(ctx, rules["fse_slots_unfused"], on, off)
+    if "fse_redirect_scalar" in rules:
+        out += _scalar_redirect(ctx, rules["fse_redirect_scalar"], on, off)
     if not on or not off:
         return out
     details = {"enabled": on, "disabled": off}
