@@ -7,8 +7,8 @@ capability decisions only and stops the engine right after its snapshot.
 
 Example::
 
-    jobs = [JudgeJob("/tmp/dst", tp=2, fse=True), JudgeJob("/tmp/src", tp=2, fse=True)]
-    out, src = run_judge(jobs, python=find_vllm_python(), work=Path("/tmp/judge"))
+    jobs = [JudgeJob("out/model", tp=2, fse=True), JudgeJob("src/model", tp=2, fse=True)]
+    out, src = run_judge(jobs, python=find_vllm_python(), work=Path("judge-work"))
     out.loaded, out.error                   # True, None
     out.ranks[0].params["model.norm.weight"]  # uint8 tensor [256, 2] (shape + itemsize)
     out.ranks[0].writes[("model.layers.1.mlp.experts.routed_experts.w13_weight", "w1", 8)]  # 1

@@ -7,8 +7,8 @@ Run by file path with an interpreter that has vLLM and the plugin (stdlib + vLLM
 
 jobs.json (a list; one vLLM start-up is shared by all of them at TP 1)::
 
-    [{"model": "/tmp/dst", "tp": 1, "load_format": "auto", "fse": true,
-      "dump": "/tmp/dump/dst-tp1", "max_model_len": 64}]
+    [{"model": "out/model", "tp": 1, "load_format": "auto", "fse": true,
+      "dump": "judge-work/job0", "max_model_len": 64}]
 
 results.json: one entry per job, ``{"loaded": true, "error": null, "vllm_version": "0.32.0"}``;
 ``error`` is ``"ExceptionType: message"`` of whatever stopped the load. The plugin stops

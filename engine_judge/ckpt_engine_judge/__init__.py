@@ -8,8 +8,8 @@ workers included.
 
 Example::
 
-    CKPT_ENGINE_JUDGE=1 CKPT_ENGINE_JUDGE_FSE=1 CKPT_ENGINE_JUDGE_DUMP=/out/dump \\
-        python -c "from vllm import LLM; LLM('/out/model', enforce_eager=True)"
+    CKPT_ENGINE_JUDGE=1 CKPT_ENGINE_JUDGE_FSE=1 CKPT_ENGINE_JUDGE_DUMP=judge-work/job0 \\
+        python -c "from vllm import LLM; LLM('out/model', enforce_eager=True)"
 """
 
 from __future__ import annotations
