@@ -8,7 +8,7 @@ prompts per load, and returns what the engine said.
 Example::
 
     py = find_vllm_python()                 # None when no vLLM is installed
-    r = run_engine("/tmp/dst", tp=2, prompts=[[5, 17, 3, 99]], python=py)
+    r = run_engine("dst", tp=2, prompts=[[5, 17, 3, 99]], python=py)
     r.loaded, r.error                       # True, None
     r.prompt_logprobs                       # [[-6.21, -5.87, -6.40]]
 """

@@ -7,7 +7,7 @@ installed there)::
 
 job.json::
 
-    {"model": "/tmp/dst", "tp": 2, "load_format": "sharded_state",
+    {"model": "dst", "tp": 2, "load_format": "sharded_state",
      "prompts": [[5, 17, 3, 99], [8, 1, 2]], "max_model_len": 64, "dtype": "bfloat16"}
 
 result.json::

