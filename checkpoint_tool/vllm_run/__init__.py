@@ -99,10 +99,13 @@ def run_engine(
     python: str | None = None,
     timeout: float = 600.0,
     llm_kwargs: dict | None = None,
+    capability_patched: bool = False,
 ) -> EngineResult:
     """Load ``model`` in vLLM (``load_format``: ``auto`` or ``sharded_state``) at ``tp`` and
     return the prompt logprobs of ``prompts`` (token ids). Never raises for engine failures:
-    they are ``loaded=False`` / ``error``."""
+    they are ``loaded=False`` / ``error``. ``capability_patched`` switches the
+    ``ckpt_engine_judge`` plugin on in the engine's processes (its capability patches only:
+    e.g. block FP8 on a CPU without AMX; docs/vllm-proof.md lists them)."""
     py = python or find_vllm_python()
     if py is None:
         raise RuntimeError(INSTALL_HINT)
@@ -123,7 +126,7 @@ def run_engine(
                 [py, str(CHILD), str(job_path), str(out_path)],
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                env=engine_env(tp),
+                env=_patched(engine_env(tp)) if capability_patched else engine_env(tp),
                 cwd=tmp,
                 start_new_session=True,
             )
@@ -148,6 +151,11 @@ def run_engine(
         seconds=round(time.monotonic() - start, 1),
         log=tail,
     )
+
+
+def _patched(env: dict[str, str]) -> dict[str, str]:
+    """The environment that switches the ``ckpt_engine_judge`` plugin on (and only it)."""
+    return {**env, "CKPT_ENGINE_JUDGE": "1", "VLLM_PLUGINS": "ckpt_engine_judge"}
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -51,38 +51,26 @@ def vllm_python() -> str:
     return py
 
 
-#: why block-FP8 checkpoints cannot run on this CPU (None: they can)
-FP8_PROBE = "import torch, sys; sys.exit(0 if torch.cpu._is_amx_tile_supported() else 1)"
-
-
-@pytest.fixture(scope="session")
-def fp8_engine(vllm_python: str) -> str:
-    """``vllm_python`` where vLLM's CPU block-FP8 kernel runs, else skip with the reason:
-    vllm/model_executor/kernels/linear/scaled_mm/cpu.py CPUFp8BlockScaledMMKernel.is_supported
-    needs AMX tiles (Intel Sapphire Rapids or newer), and vLLM 0.32 has no other CPU kernel
-    for block FP8 (the engine fails to start: "requires AMX tile support")."""
-    import subprocess
-
-    probe = subprocess.run([vllm_python, "-c", FP8_PROBE], capture_output=True, timeout=120)
-    if probe.returncode != 0:
-        pytest.skip(
-            "block FP8 on vLLM's CPU build needs AMX tiles (Sapphire Rapids or newer; "
-            "scaled_mm/cpu.py CPUFp8BlockScaledMMKernel): this CPU has none"
-        )
-    return vllm_python
-
-
 @pytest.fixture(scope="session")
 def engine(vllm_python: str) -> Callable[..., EngineResult]:
-    """``engine(model_dir, tp=1, load_format="auto") -> EngineResult`` over ``PROMPTS``,
-    one load per distinct call in the session."""
-    cache: dict[tuple[str, int, str], EngineResult] = {}
+    """``engine(model_dir, tp=1, load_format="auto", patched=False) -> EngineResult`` over
+    ``PROMPTS``, one load per distinct call in the session. ``patched``: the
+    ``ckpt_engine_judge`` plugin's capability patches on (block FP8 on any x86 CPU: vLLM's CPU
+    block-FP8 kernel refuses CPUs without AMX, ``CPUFp8BlockScaledMMKernel.is_supported``)."""
+    cache: dict[tuple[str, int, str, bool], EngineResult] = {}
 
-    def load(model: Path, tp: int = 1, load_format: str = "auto") -> EngineResult:
-        key = (str(model), tp, load_format)
+    def load(
+        model: Path, tp: int = 1, load_format: str = "auto", patched: bool = False
+    ) -> EngineResult:
+        key = (str(model), tp, load_format, patched)
         if key not in cache:
             cache[key] = run_engine(
-                model, tp=tp, load_format=load_format, prompts=PROMPTS, python=vllm_python
+                model,
+                tp=tp,
+                load_format=load_format,
+                prompts=PROMPTS,
+                python=vllm_python,
+                capability_patched=patched,
             )
         return cache[key]
 

@@ -13,10 +13,10 @@ source vLLM refuses at TP 2) plus planted failures, each a way a checkpoint real
 | missing_shard | one shard file deleted, the index still names it | no such file |
 | renamed | one routed expert tensor renamed in its shard header | KeyError / not initialized |
 
-The CPU build runs block-FP8 linears only with AMX tiles (``CPUFp8W8A8BlockScaledMMKernel
-requires AMX tile support (Sapphire Rapids or newer)``): on a CPU without ``amx_tile`` an FP8
-checkpoint that would load elsewhere fails for the host, not the checkpoint, so that case is
-skipped there (a refusal that comes first, FP8 at TP 2, is still compared).
+The CPU build runs block-FP8 linears only with AMX tiles (``CPUFp8BlockScaledMMKernel
+requires AMX tile support (Sapphire Rapids or newer)``): a failure of the host, not the
+checkpoint, so the FP8 cases load with the ``ckpt_engine_judge`` plugin's capability patches
+(``PATCHED``; the AMX test is the one decision it replaces for them) and run on any x86 CPU.
 
 Engine loads are shared with the other engine tests of the session (same checkpoint, TP and
 load format -> one load).
@@ -40,15 +40,8 @@ BF16 = "deepseek-v3-bf16"
 FP8 = "deepseek-v3-fp8"
 
 
-#: cases that load only where vLLM's CPU block-FP8 kernel runs
-NEEDS_AMX = {"fp8_padded"}
-
-
-def _has_amx() -> bool:
-    try:
-        return "amx_tile" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+#: block-FP8 cases: loaded with the capability patches (vLLM's CPU block-FP8 kernel needs AMX)
+PATCHED = {"fp8_padded", "fp8_tp2"}
 
 
 def predicted(path: Path, tp: int) -> tuple[bool, str]:
@@ -125,10 +118,8 @@ def cases(synth_ckpt, converted, tmp_path_factory) -> dict[str, tuple[Path, int,
 )  # fmt: skip
 def test_will_load_matches_the_real_engine(engine, cases, name):
     path, tp, planted = cases[name]
-    if name in NEEDS_AMX and not _has_amx():
-        pytest.skip("this CPU has no AMX tiles: vLLM's CPU block-FP8 kernel cannot run here")
     will_load, why = predicted(path, tp)
-    real = engine(path, tp=tp)
+    real = engine(path, tp=tp, patched=name in PATCHED)
     assert real.vllm_version is None or real.vllm_version.startswith("0.32")
     assert will_load == real.loaded, (
         f"{name}: ckpt says will_load={will_load} ({why}); vLLM loaded={real.loaded}: "

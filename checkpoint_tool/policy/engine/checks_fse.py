@@ -23,7 +23,14 @@ from .model import EngineFinding, RuleSpec
 if TYPE_CHECKING:
     from checkpoint_tool.policy.decision import PolicyDecision
 
-FSE_RULES = ("fse_mixed_all_or_nothing", "fse_mixed_under_parallelism", "fse_slots_unfused")
+FSE_RULES = (
+    "fse_mixed_all_or_nothing",
+    "fse_mixed_under_parallelism",
+    "fse_slots_unfused",
+    "fse_redirect_scalar",
+)
+#: the models whose ``load_weights`` redirects shared experts online (deepseek_v2.py)
+_REDIRECTING = {"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"}
 
 _NOT_APPLICABLE = {"no_shared_experts", "fse_off"}
 #: decisions the engine's gate allowed but ckpt (target or option rule) turned off
@@ -88,6 +95,49 @@ def _unfused_slots(
     ]
 
 
+def _scalar_redirect(
+    ctx: EngineContext, rule: RuleSpec, on: list[int], off: list[int]
+) -> list[EngineFinding]:
+    """0-d shared-expert tensors on layers the engine fuses online: vLLM's redirection
+    (deepseek_v2.py ``DeepseekV2Model.load_weights``) splits every ``mlp.shared_experts``
+    tensor into ``n_shared_experts`` chunks, ``total = loaded_weight.shape[split_dim]``, and a
+    0-d tensor (NVFP4 ``weight_scale_2`` / ``input_scale``) raises IndexError. Layers a
+    previous convert pre-fused hold no such names."""
+    if not ctx.target.fuses or not on or (ctx.target.fse == "all_or_nothing" and off):
+        return []
+    if not _REDIRECTING & set(ctx.config.get("architectures") or []):
+        return []
+    prefused = prefused_layers(ctx.decision)
+    layers = ctx.decision.layers.values() if ctx.decision is not None else ()
+    prefixes = {
+        f"{prefix}.": d.layer
+        for d in layers
+        if d.layer in on
+        and d.layer not in prefused
+        and not d.facts.is_mtp
+        and (prefix := d.facts.shared_prefix) is not None
+    }
+    hits: dict[int, list[str]] = {}
+    for name, entry in ctx.catalog.tensors.items():
+        if tuple(entry.shape) or ".shared_experts." not in name:
+            continue
+        head = name[: name.index(".shared_experts.") + len(".shared_experts.")]
+        if head in prefixes:
+            hits.setdefault(prefixes[head], []).append(name)
+    if not hits:
+        return []
+    names = sorted(n for v in hits.values() for n in v)
+    return [
+        rule.finding(
+            layers=sorted(hits),
+            tensors=names,
+            tensor=names[0],
+            target=ctx.target.name,
+            details={"scalars": {str(k): sorted(v) for k, v in sorted(hits.items())}},
+        )
+    ]
+
+
 def _flags(ctx: EngineContext) -> list[str]:
     o = ctx.options
     flags = ["--ep"] if o.ep else []
@@ -102,6 +152,8 @@ def check_fse(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFind
     out = []
     if "fse_slots_unfused" in rules:
         out += _unfused_slots(ctx, rules["fse_slots_unfused"], on, off)
+    if "fse_redirect_scalar" in rules:
+        out += _scalar_redirect(ctx, rules["fse_redirect_scalar"], on, off)
     if not on or not off:
         return out
     details = {"enabled": on, "disabled": off}
