@@ -38,14 +38,28 @@ def dequantize_mxfp4(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     return val * exp
 
 
-def canonical_mxfp4(codes: torch.Tensor, scales: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def canonical_mxfp4(
+    codes: torch.Tensor, scales: torch.Tensor, drop: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The same values in one encoding: code 8 (-0) -> 0, and the scale of a group whose 32
-    codes are all zero -> 0 (any scale decodes that group to zeros)."""
+    codes are all zero -> 0 (any scale decodes that group to zeros). Groups in ``drop``
+    (a ``[..., K/32]`` mask) become zeros: compared elsewhere."""
     n = nibbles(codes)
     n = torch.where(n == 8, torch.zeros_like(n), n)
+    if drop is not None:
+        n = torch.where(drop.repeat_interleave(GROUP, dim=-1), torch.zeros_like(n), n)
     packed = (n[..., 0::2] | (n[..., 1::2] << 4)).to(torch.uint8)
     zero_group = (n.reshape(*n.shape[:-1], -1, GROUP) == 0).all(dim=-1)
     return packed, torch.where(zero_group, torch.zeros_like(scales), scales)
+
+
+def group_kinds(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(zero, subnormal)`` masks ``[..., K/32]`` of source ``values`` ``[..., K]``: groups of
+    zeros only, and groups holding a float32-subnormal value (``0 < |x| < 2^-126``)."""
+    g = values.double().reshape(*values.shape[:-1], -1, GROUP)
+    zero = (g == 0).all(dim=-1)
+    subnormal = ((g != 0) & (g.abs() < 2.0**-126)).any(dim=-1)
+    return zero, subnormal
 
 
 def encoding_differences(a_codes, a_scales, b_codes, b_scales) -> dict[str, int]:  # type: ignore[no-untyped-def]
@@ -69,11 +83,27 @@ def encoding_differences(a_codes, a_scales, b_codes, b_scales) -> dict[str, int]
     }
 
 
+#: groups planted in the variant's BF16 shared ``gate_proj`` (row, first column, amax): all
+#: zeros, and groups with ``amax < 2^-124`` (where Quark clamps the scale's log2 at -126)
+PLANTED = ((0, 0, 0.0), (1, 0, 2.0**-125), (2, 32, 2.0**-130), (3, 64, 2.0**-124))
+
+
+def plant_groups(w: torch.Tensor) -> torch.Tensor:
+    """``w`` (BF16 ``[out, in]``) with the ``PLANTED`` groups: seeded values scaled to amax."""
+    w = w.clone()
+    g = torch.Generator().manual_seed(0)
+    for row, col, amax in PLANTED:
+        v = torch.rand(GROUP, generator=g, dtype=torch.float64) * 2 - 1
+        v = v / v.abs().max() * amax
+        w[row, col : col + GROUP] = v.to(torch.bfloat16)
+    return w
+
+
 def bf16_shared_variant(src: Path, dst: Path, layer: int) -> Path:
     """``src`` (a Quark export) with layer ``layer``'s block-FP8 shared expert replaced by its
     dequantized values in BF16 and excluded from quantization, as Quark writes a BF16 shared
     expert (e.g. ``quark-hybrid``'s layer 1): vLLM's online shared-expert quantizer takes
-    BF16/FP16 only."""
+    BF16/FP16 only. Its ``gate_proj`` gets the ``PLANTED`` groups."""
     from safetensors.torch import load_file, save_file
 
     shutil.copytree(src, dst)
@@ -92,6 +122,8 @@ def bf16_shared_variant(src: Path, dst: Path, layer: int) -> Path:
                 :, : w.shape[1]
             ]
             tensors[name] = (w.float() * full).to(torch.bfloat16)
+            if name.endswith("gate_proj.weight"):
+                tensors[name] = plant_groups(tensors[name])
             del index["weight_map"][name + "_scale"]
             changed += 1
         if names:
