@@ -275,3 +275,53 @@ def test_an_fp8_shared_expert_is_requantized_where_vllms_online_path_cannot(
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-m", "vllm", "-x", "-q", "-s"]))
+
+
+def test_canonicalising_hides_no_real_difference(judged, sources):
+    """Control: in ckpt's layer-1 slot, one nonzero code with its sign flipped, or one scale
+    byte raised, makes the comparison fail; -0 written for +0 and another scale byte for an
+    all-zero group do not."""
+    out = judged["out"][0].ranks[0]
+    ref = judged["online"][0].ranks[0]
+    drops = {k: sub for k, (_, sub) in (
+        (k, group_kinds(v)) for k, v in _source_slots(sources["bf16"], [1, 2]).items()
+    )}  # fmt: skip
+    name = "model.layers.1.mlp.experts.routed_experts.w13_weight"
+
+    def planted(param: str, edit, base=out):  # type: ignore[no-untyped-def]
+        import copy
+
+        rank = copy.copy(base)
+        rank.params = dict(base.params)
+        p = base.params[param].clone()
+        edit(p[N_ROUTED, ..., 0])
+        rank.params[param] = p
+        return rank
+
+    def flip_sign(codes):  # type: ignore[no-untyped-def]
+        i = int(((codes & 0x7) != 0).flatten().nonzero()[0])  # a nonzero low nibble
+        codes.view(-1)[i] ^= 0x08
+
+    def raise_scale(scales):  # type: ignore[no-untyped-def]
+        scales.view(-1)[5] += 1
+
+    def neg_zero(codes):  # type: ignore[no-untyped-def]
+        i = int((codes & 0xF == 0).flatten().nonzero()[0])  # a +0 low nibble
+        codes.view(-1)[i] |= 0x08
+
+    for param, edit in ((name, flip_sign), (name + "_scale", raise_scale)):
+        with pytest.raises(AssertionError, match="differs"):
+            same_parameters(_canonicalised(planted(param, edit), drops), _canonicalised(ref, drops))
+    same_parameters(_canonicalised(planted(name, neg_zero), drops), _canonicalised(ref, drops))
+
+    # row 0's first group made all zero on both sides, its scale byte 0 on vLLM's side only
+    def zero_group(codes):  # type: ignore[no-untyped-def]
+        codes[0, :16] = 0
+
+    def scale_zero(scales):  # type: ignore[no-untyped-def]
+        scales[0, 0] = 0
+
+    ours = planted(name, zero_group)
+    theirs = planted(name + "_scale", scale_zero, planted(name, zero_group, ref))
+    assert ours.params[name + "_scale"][N_ROUTED, 0, 0, 0] != 0
+    same_parameters(_canonicalised(ours, drops), _canonicalised(theirs, drops))
