@@ -83,6 +83,12 @@ def judged(vllm_python, sources, converted, tmp_path_factory) -> dict:
         "out-hybrid": (converted(sources["hybrid"], *requant_args("all")), None),
         "online-hybrid": (sources["hybrid"], targets([1, 2])),
     }
+    probe = subprocess.run([vllm_python, "-c", "import triton.language"], capture_output=True)
+    assert probe.returncode == 0, (
+        "the vLLM venv has no importable triton (vLLM 0.32 pulls it in through xgrammar); "
+        "the online reference runs vLLM's own MXFP4 kernel under TRITON_INTERPRET=1: "
+        + probe.stderr.decode(errors="replace")[-500:]
+    )
     work = tmp_path_factory.mktemp("requant-judge")
     names = list(jobs)
     spec = []
