@@ -26,6 +26,8 @@ kind of difference (printed with ``-s``). All loads share one child process (TP 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -99,10 +101,15 @@ def judged(vllm_python, sources, converted, tmp_path_factory) -> dict:
     (work / "jobs.json").write_text(json.dumps(spec))
     env = {**judge_env(), "TRITON_INTERPRET": "1"}
     with open(work / "log", "wb") as log:
-        subprocess.run(
+        proc = subprocess.Popen(
             [vllm_python, str(CHILD), str(work / "jobs.json"), str(work / "results.json")],
-            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work, timeout=1500, check=False,
+            stdout=log, stderr=subprocess.STDOUT, env=env, cwd=work, start_new_session=True,
         )  # fmt: skip
+        try:
+            proc.wait(timeout=1500)
+        except subprocess.TimeoutExpired:  # the unfinished jobs read as "judge child died"
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     results = collect([JudgeJob(str(jobs[n][0]), 1, "auto", True) for n in names], work)
     calls = [json.loads((work / f"job{i}" / "online-quantizer.json").read_text()) for i in range(len(names))]  # fmt: skip
     return {n: (r, c) for n, r, c in zip(names, results, calls, strict=True)}
