@@ -75,7 +75,7 @@ def rebuild_plan(
         if requant is None:
             plan = plan_for_catalog(catalog, manifest.options, recipe=manifest.recipe)
         else:  # convert --requantize-shared: the recorded layers and errors
-            from checkpoint_tool.quant.requant.plan import replan_recorded
+            from checkpoint_tool.requant.plan import replan_recorded
 
             plan = replan_recorded(catalog, manifest.options, manifest.recipe, requant)
     except CkptError as exc:

@@ -26,7 +26,7 @@ from checkpoint_tool.catalog import Catalog, open_catalog
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.execute.manifest import Manifest, read_manifest
 from checkpoint_tool.execute.progress import Progress
-from checkpoint_tool.verify.loader import CheckpointView
+from checkpoint_tool.layers.loader import CheckpointView
 from checkpoint_tool.verify.lossless import DEFAULT_BUDGET, DEFAULT_MAX_LISTED, check_lossless
 from checkpoint_tool.verify.numeric import DEFAULT_TOKENS, NumericOptions, check_numeric
 from checkpoint_tool.verify.replan import check_source_identity, rebuild_plan, require_manifest

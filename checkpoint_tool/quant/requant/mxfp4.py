@@ -29,8 +29,8 @@ from __future__ import annotations
 import torch
 
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.quant.requant.scheme import GROUP
 
-GROUP = 32
 #: E2M1 code = how many of these bounds the magnitude exceeds (a value equal to a bound goes
 #: low). Ties that round up to an even code (0.75, 1.75, 3.5) use the float32 just
 #: below, so every tie lands on the even code: 0.25->0, 0.75->1.0, 1.25->1.0, 1.75->2, 2.5->2,

@@ -29,11 +29,9 @@ import numpy as np
 
 from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.errors import InputError
-from checkpoint_tool.execute.ops import PieceNode, ReadFn, piece_node
+from checkpoint_tool.execute.ops import Node, PieceNode, ReadFn, piece_node
 from checkpoint_tool.plan.model import Piece
-from checkpoint_tool.quant.requant.mxfp4 import GROUP
-from checkpoint_tool.quant.requant.source import SCALE_SUFFIXES
-from checkpoint_tool.quant.requant.view import SUFFIX
+from checkpoint_tool.quant.requant.scheme import GROUP, SCALE_SUFFIXES, SUFFIX
 from checkpoint_tool.quant.resolve import split_tensor_name
 
 _CACHE: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
@@ -130,7 +128,7 @@ class RequantNode:
                 while len(_CACHE) > _CACHE_SIZE:
                     _CACHE.popitem(last=False)
         arr = hit[0] if self.part == "weight" else hit[1]
-        return memoryview(arr).cast("B")
+        return np.ascontiguousarray(arr).data.cast("B")
 
 
 @dataclass(frozen=True)
@@ -138,7 +136,7 @@ class RequantRow:
     """Row ``r`` of a requantized node (the stream splits rows above its buffer)."""
 
     parent: RequantNode
-    inner: PieceNode
+    inner: Node
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -159,7 +157,7 @@ class RequantRow:
         self.inner.fill_rows(r0, r1, out, _memory_read(data))
 
     def row(self, r: int) -> RequantRow:
-        return RequantRow(self.parent, self.inner.row(r))  # type: ignore[arg-type]
+        return RequantRow(self.parent, self.inner.row(r))
 
 
 def _memory_read(data: bytes | memoryview) -> ReadFn:
