@@ -183,6 +183,8 @@ def _read_whole(entry: TensorEntry, read: ReadFn, chunk: int) -> bytes:
 def _quantize(
     weight: TensorEntry, scale: TensorEntry | None, raw_w: bytes, raw_s: bytes
 ) -> tuple[np.ndarray, np.ndarray]:
+    import torch
+
     from checkpoint_tool.catalog.reader import bytes_to_tensor
     from checkpoint_tool.quant.requant.mxfp4 import quantize_mxfp4
     from checkpoint_tool.quant.requant.source import dequantize_source
@@ -190,8 +192,9 @@ def _quantize(
     parts = {"weight": bytes_to_tensor(raw_w, weight.dtype, weight.shape)}
     if scale is not None:
         parts["scale"] = bytes_to_tensor(raw_s, scale.dtype, scale.shape)
-    try:
-        w = dequantize_source(parts)
+    try:  # BF16 goes to the quantizer as it is (its integer path); others as float32
+        bf16 = parts["weight"].dtype == torch.bfloat16 and parts["weight"].ndim == 2
+        w = parts["weight"] if bf16 else dequantize_source(parts)
     except InputError as exc:
         raise InputError(f"{weight.name}: {exc.message}") from None
     packed, scales = quantize_mxfp4(w, name=weight.name)
