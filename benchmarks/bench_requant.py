@@ -3,13 +3,13 @@
 Input: DeepSeek-V3 shared-expert shapes, BF16 (gate/up ``[2048, 7168]``, down ``[7168, 2048]``),
 seeded normal values. Per thread count it prints, as medians over interleaved rounds:
 
-- ``requant GB/s``: BF16 input bytes per second through ``quantize_mxfp4`` (dequantize to
-  float32, E8M0 scales, E2M1 codes, packing: the whole tensor, a chunk of rows at a time);
+- ``requant GB/s``: BF16 input bytes per second through ``quantize_mxfp4`` (its BF16 path:
+  E8M0 scales, E2M1 codes, packing, a chunk of rows at a time on ``--threads`` threads);
 - ``copy GB/s``: a plain copy of the same BF16 bytes (``torch.clone``), measured in the same
   rounds (the baseline: what moving the bytes costs on this machine, right now);
 - ``ratio``: requant / copy.
 
-Vectorized: whole-array torch passes per chunk of rows, no Python loop per group.
+Vectorized: whole-array passes per chunk of rows, no Python loop per group.
 
 Usage::
 
