@@ -140,9 +140,11 @@ class _Scratch:
     """One worker's buffers for a chunk of ``rows x cols`` (reused: no allocation per pass)."""
 
     def __init__(self, rows: int, cols: int) -> None:
-        self.mag = np.empty((rows, cols), np.int16)
+        self.scaled = np.empty((rows, cols), np.int16)
         self.code = np.empty((rows, cols), np.uint8)
-        self.amax = np.empty((rows, cols // GROUP), np.int16)
+        #: magnitudes with the group's elements down a column: the amax is a max over rows
+        self.mag_t = np.empty((GROUP, rows * (cols // GROUP)), np.int16)
+        self.amax = np.empty(rows * (cols // GROUP), np.int16)
 
 
 def _chunk_bf16(
@@ -151,9 +153,10 @@ def _chunk_bf16(
     """One chunk of BF16 patterns (int16 ``[n, cols]``); False: a group is off the table."""
     n, cols = bits.shape
     groups = cols // GROUP
-    mag = np.bitwise_and(bits, np.int16(0x7FFF), out=scratch.mag[:n])
-    amax16 = np.max(mag.reshape(n, groups, GROUP), axis=-1, out=scratch.amax[:n])
-    amax = amax16.astype(np.int32)
+    m = n * groups
+    mag_t = scratch.mag_t[:, :m]
+    np.bitwise_and(bits.reshape(m, GROUP).T, np.int16(0x7FFF), out=mag_t)
+    amax = np.max(mag_t, axis=0, out=scratch.amax[:m]).reshape(n, groups).astype(np.int32)
     if int(amax.max()) >= 0x7F80:
         raise InputError(
             f"{name}: the weight holds NaN or infinite values; fix the source tensor before "
@@ -166,7 +169,9 @@ def _chunk_bf16(
         return False
     offset = ((k << 7) + _LO).astype(np.int16)
     scaled = np.subtract(
-        bits.reshape(n, groups, GROUP), offset[..., None], out=mag.reshape(n, groups, GROUP)
+        bits.reshape(n, groups, GROUP),
+        offset[..., None],
+        out=scratch.scaled[:n].reshape(n, groups, GROUP),
     )
     code = np.take(_LUT, scaled.view(np.uint16).reshape(n, cols), out=scratch.code[:n])
     pair = code.view(np.uint16)  # little-endian: element 2j in the low byte
