@@ -3,13 +3,15 @@
 Input: DeepSeek-V3 shared-expert shapes, BF16 (gate/up ``[2048, 7168]``, down ``[7168, 2048]``),
 seeded normal values. Per thread count it prints, as medians over interleaved rounds:
 
-- ``requant GB/s``: BF16 input bytes per second through ``quantize_mxfp4`` (dequantize to
-  float32, E8M0 scales, E2M1 codes, packing: the whole tensor, a chunk of rows at a time);
+- ``requant GB/s``: BF16 input bytes per second through ``quantize_mxfp4`` (its BF16 path:
+  E8M0 scales, E2M1 codes, packing, a chunk of rows at a time on ``--threads`` threads);
 - ``copy GB/s``: a plain copy of the same BF16 bytes (``torch.clone``), measured in the same
   rounds (the baseline: what moving the bytes costs on this machine, right now);
+- ``float GB/s``: the same weights through the float path (``quantize_mxfp4(x.float())``: what
+  FP8/F16/F32 sources take, the BF16 path's reference bytes), same rounds;
 - ``ratio``: requant / copy.
 
-Vectorized: whole-array torch passes per chunk of rows, no Python loop per group.
+Vectorized: whole-array passes per chunk of rows, no Python loop per group.
 
 Usage::
 
@@ -48,16 +50,18 @@ def run(threads: int, rounds: int, seed: int) -> dict[str, float]:
     tensors = [(torch.randn(s, generator=gen) * 0.02).to(torch.bfloat16) for s in SHAPES]
     nbytes = sum(t.numel() * t.element_size() for t in tensors)
     quantize_mxfp4(tensors[0][:64])  # warm-up
-    req, cp = [], []
-    for _ in range(rounds):  # interleaved: both see the same machine load
+    req, cp, flt = [], [], []
+    for _ in range(rounds):  # interleaved: all see the same machine load
         cp.append(nbytes / _time(torch.clone, tensors) / 1e9)
         req.append(nbytes / _time(quantize_mxfp4, tensors) / 1e9)
+        flt.append(nbytes / _time(lambda t: quantize_mxfp4(t.float()), tensors) / 1e9)
     r, c = statistics.median(req), statistics.median(cp)
     return {
         "threads": threads,
         "input_gb": nbytes / 1e9,
         "requant_gbps": r,
         "copy_gbps": c,
+        "float_gbps": statistics.median(flt),
         "ratio": r / c,
         "requant_gbps_best": max(req),
         "copy_gbps_best": max(cp),
@@ -75,11 +79,14 @@ def main() -> None:
     if args.json:
         print(json.dumps(rows, indent=2))
         return
-    print(f"{'threads':>7} {'input GB':>8} {'requant GB/s':>12} {'copy GB/s':>9} {'ratio':>7}")
+    print(
+        f"{'threads':>7} {'input GB':>8} {'requant GB/s':>12} {'copy GB/s':>9} "
+        f"{'float GB/s':>10} {'ratio':>7}"
+    )
     for r in rows:
         print(
             f"{r['threads']:>7} {r['input_gb']:>8.3f} {r['requant_gbps']:>12.3f} "
-            f"{r['copy_gbps']:>9.2f} {r['ratio']:>7.3f}"
+            f"{r['copy_gbps']:>9.2f} {r['float_gbps']:>10.3f} {r['ratio']:>7.3f}"
         )
 
 

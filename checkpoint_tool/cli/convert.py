@@ -37,7 +37,7 @@ from checkpoint_tool.cli.output import emit
 from checkpoint_tool.cli.render import render_convert, render_plan, render_target
 from checkpoint_tool.cli.spread import convert_spread, run_convert
 from checkpoint_tool.execute.runner import execute_plan
-from checkpoint_tool.quant.requant.select import RequantRequest
+from checkpoint_tool.requant.select import RequantRequest
 
 if TYPE_CHECKING:
     from rich.console import Console

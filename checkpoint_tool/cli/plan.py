@@ -28,7 +28,7 @@ from checkpoint_tool.cli.options import (
 )
 from checkpoint_tool.cli.output import emit
 from checkpoint_tool.cli.render import render_plan
-from checkpoint_tool.quant.requant.select import RequantRequest
+from checkpoint_tool.requant.select import RequantRequest
 
 HELP = (
     "Show what a conversion would do (renames, FSE redirection, padding, files), reading only "

@@ -68,14 +68,14 @@ def open_plan(
     requant: Any = None,
 ) -> tuple[Catalog, Plan]:
     """Open ``src`` and plan its conversion (``recipe`` None: the one config.json matches);
-    ``requant``: a ``quant.requant.select.RequantRequest`` (``--requantize-shared``)."""
+    ``requant``: a ``requant.select.RequantRequest`` (``--requantize-shared``)."""
     from checkpoint_tool.plan.build import plan_for_catalog
 
     if requant is not None:
         headers_only = False  # the error preview reads the shared experts' weights
     with opened(src, headers_only=headers_only) as catalog:
         if requant is not None:
-            from checkpoint_tool.quant.requant.plan import plan_with_requant
+            from checkpoint_tool.requant.plan import plan_with_requant
 
             plan = plan_with_requant(catalog, options, requant, recipe=recipe)
         else:

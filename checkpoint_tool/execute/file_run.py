@@ -28,11 +28,12 @@ from checkpoint_tool.execute.manifest import (
     Journal,
     write_journal,
 )
-from checkpoint_tool.execute.ops import Node, build_node
+from checkpoint_tool.execute.ops import Node
 from checkpoint_tool.execute.progress import Progress
 from checkpoint_tool.execute.readahead import Prefetcher, merge_ranges, node_ranges
 from checkpoint_tool.execute.source import RangeReader, SourceFiles
 from checkpoint_tool.execute.stream import Cancelled, TensorStream
+from checkpoint_tool.execute.tree import build_node
 from checkpoint_tool.execute.writer import (
     SafetensorsWriter,
     fsync,

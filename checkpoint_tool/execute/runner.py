@@ -57,9 +57,9 @@ from checkpoint_tool.execute.manifest import (
     write_manifest,
 )
 from checkpoint_tool.execute.open_source import open_sources
-from checkpoint_tool.execute.ops import build_node
 from checkpoint_tool.execute.progress import Progress, make_progress
 from checkpoint_tool.execute.source import SourceFiles
+from checkpoint_tool.execute.tree import build_node
 from checkpoint_tool.execute.writer import (
     fsync_dir,
 )

@@ -5,7 +5,7 @@ For each sampled MoE layer (``deep_layers`` of them, spread evenly: first, last,
 1. seeded standard-normal hidden states ``x [tokens, H]`` (float32, CPU);
 2. routing with the checkpoint's own router and config.json routing fields;
 3. only the chosen experts (plus fused shared slots and shared MLPs) are read, through the same
-   loader ``ckpt verify`` uses (``verify.loader.CheckpointView``, vLLM name semantics);
+   loader ``ckpt verify`` uses (``layers.loader.CheckpointView``, vLLM name semantics);
 4. the runtime (``runtime.moe.run_moe``, torch backend) and the float64 reference decode
    (``runtime.reference.moe_reference``) both run the layer.
 
@@ -58,9 +58,9 @@ def check_deep_runtime(ctx: ValidationContext) -> list[Issue]:
     if not ctx.options.deep:
         raise Unavailable("not requested; pass --deep")
     try:
+        from checkpoint_tool.layers.loader import CheckpointView
         from checkpoint_tool.runtime.moe import run_moe  # noqa: F401
         from checkpoint_tool.runtime.reference import moe_reference  # noqa: F401
-        from checkpoint_tool.verify.loader import CheckpointView
     except ImportError as exc:
         raise Unavailable(f"the MoE runtime is not available ({exc})") from None
     facts = ctx.facts()

@@ -21,13 +21,11 @@ from typing import TYPE_CHECKING, Any
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.report import Issue
 from checkpoint_tool.validate.context import Unavailable, ValidationContext
+from checkpoint_tool.validate.decisions import decisions
+from checkpoint_tool.validate.requant_drift import split_requantized
 
 if TYPE_CHECKING:
-    from checkpoint_tool.policy.report import MoeLayerPolicy, PolicyReport
-
-#: explanatory fields: their text may change between versions without a decision changing
-WORDING_FIELDS = {"rule", "reason", "reason_template", "alignment_from", "source"}
-
+    from checkpoint_tool.policy.report import PolicyReport
 
 def load_expected_policy(path: Path) -> PolicyReport:
     """Parse ``policy.json`` as a ``PolicyReport``; ``UsageError`` (exit 2) if it is not one."""
@@ -45,25 +43,6 @@ def load_expected_policy(path: Path) -> PolicyReport:
             f"{path}: not a `ckpt inspect --format json` policy report ({first}); "
             "regenerate it with ckpt inspect"
         ) from exc
-
-
-def decisions(layer: MoeLayerPolicy) -> dict[str, Any]:
-    """The comparable decisions of one ``MoeLayerPolicy``, flattened to dotted keys."""
-    return _flatten(layer.model_dump(mode="json"))
-
-
-def _flatten(doc: Any, prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    if isinstance(doc, dict):
-        for k, v in doc.items():
-            if k in WORDING_FIELDS:
-                continue
-            key = f"{prefix}.{k}" if prefix else str(k)
-            if isinstance(v, dict):
-                out.update(_flatten(v, key))
-            else:
-                out[key] = v
-    return out
 
 
 def compare_policies(expected: PolicyReport, actual: PolicyReport) -> list[Issue]:
@@ -124,7 +103,5 @@ def check_policy_drift(ctx: ValidationContext) -> list[Issue]:
         resolved=ctx.resolved(),
         target=expected.target,
     )
-    from checkpoint_tool.validate.requant_drift import split_requantized
-
     expected, actual, requantized = split_requantized(expected, actual, ctx.config)
     return [*requantized, *compare_policies(expected, actual)]

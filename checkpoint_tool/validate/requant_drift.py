@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from checkpoint_tool.report import Issue
+from checkpoint_tool.validate.decisions import decisions
 
 #: decision prefixes a requantization changes
 REQUANT_KEYS = ("shared.", "shared_intermediate.", "fse.")
@@ -38,8 +39,6 @@ def split_requantized(
 ) -> tuple[Any, Any, list[Issue]]:
     """``(expected, actual)`` with the requantized layers' explained changes taken out, and the
     ``info`` findings for them. ``expected`` / ``actual``: ``PolicyReport``s."""
-    from checkpoint_tool.validate.drift import decisions
-
     layers = requantized_layers(config)
     if not layers:
         return expected, actual, []

@@ -13,7 +13,7 @@ Public API::
     report = verify_checkpoint("/out/model", "/models/src", VerifyOptions(backend="torch"))
     report.passed, report.exit_code
 
-    from checkpoint_tool.verify.loader import CheckpointView   # runtime layers from a checkpoint
+    from checkpoint_tool.layers.loader import CheckpointView   # runtime layers from a checkpoint
     layer = CheckpointView.open("/out/model").layer(3, experts=[0, 5]).weights
 """
 

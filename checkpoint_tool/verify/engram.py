@@ -25,9 +25,9 @@ import torch
 
 from checkpoint_tool.catalog.reader import read_rows
 from checkpoint_tool.errors import CkptError, InputError
+from checkpoint_tool.layers.loader import CheckpointView
 from checkpoint_tool.quant.codecs import get_codec
 from checkpoint_tool.quant.resolve import split_tensor_name
-from checkpoint_tool.verify.loader import CheckpointView
 from checkpoint_tool.verify.report import EngramResult
 
 #: the parameters vLLM's engram table registers (ParallelEngramEmbedding)

@@ -7,7 +7,7 @@ Per sampled MoE layer (``verify.sampling``):
 2. routing with each checkpoint's own router (gate weight, ``e_score_correction_bias``,
    config.json routing fields), on the CPU in float32 for both: tokens whose experts differ
    between source and converted router are counted;
-3. only the experts the tokens chose are read, from both checkpoints (``verify.loader``);
+3. only the experts the tokens chose are read, from both checkpoints (``layers.loader``);
 4. reference: ``runtime.reference.moe_reference`` on the SOURCE (codec-decoded weights,
    float64 accumulation, shared experts as separate MLPs);
 5. runtime: ``runtime.moe.run_moe`` on the CONVERTED layer (fused shared slots, padded
@@ -38,13 +38,14 @@ from typing import Literal
 import torch
 
 from checkpoint_tool.errors import CkptError, UsageError
+from checkpoint_tool.layers.inputs import hidden_states, input_ids, remap_experts, route_tokens
+from checkpoint_tool.layers.loader import CheckpointView, LoadedLayer
 from checkpoint_tool.runtime.moe import prepare_moe, run_prepared
 from checkpoint_tool.runtime.reference import moe_reference
-from checkpoint_tool.runtime.routing import RoutingConfig, route
+from checkpoint_tool.runtime.routing import RoutingConfig
 from checkpoint_tool.runtime.shard import rank_intermediate
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights
 from checkpoint_tool.verify.engram import check_engram
-from checkpoint_tool.verify.loader import CheckpointView, LoadedLayer, Router
 from checkpoint_tool.verify.report import EngramResult, LayerResult, NumericReport
 from checkpoint_tool.verify.sampling import ConvertedView, LayerPolicy, sample_layers
 from checkpoint_tool.verify.tolerance import tolerance_for
@@ -162,28 +163,6 @@ def bf16_activations(backend: Backend, device: str) -> bool:
     return backend == "triton" and device != "cpu"
 
 
-def hidden_states(tokens: int, hidden: int, seed: int, layer: int) -> torch.Tensor:
-    """Seeded float32 ``[tokens, hidden]`` standard normal inputs, distinct per layer."""
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + layer)
-    return torch.randn(tokens, hidden, generator=gen)
-
-
-def input_ids(tokens: int, router: Router, seed: int, layer: int) -> torch.Tensor | None:
-    """Seeded token ids ``[tokens]`` for a hash-routed layer (uniform over its table's rows)."""
-    if router.hash_table is None:
-        return None
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + layer + 7)
-    return torch.randint(0, router.hash_table.shape[0], (tokens,), generator=gen)
-
-
-def _route(
-    x: torch.Tensor, router: Router, routing: RoutingConfig, tokens: torch.Tensor | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return route(
-        x, router.weight, routing, router.bias, input_ids=tokens, hash_table=router.hash_table
-    )
-
-
 def _check_layer(
     src: CheckpointView,
     dst: ConvertedView,
@@ -206,7 +185,7 @@ def _check_layer(
     try:  # the source side: a problem here means the layer cannot be checked
         src_routing, src_router = src.routing(), src.router(layer)
         tokens = input_ids(options.tokens, src_router, options.seed, layer)
-        ids_s, w_s = _route(x, src_router, src_routing, tokens)
+        ids_s, w_s = route_tokens(x, src_router, src_routing, tokens)
     except CkptError as exc:
         result.message = f"source: {exc.message}"
         return _done(result, t0)
@@ -215,7 +194,7 @@ def _check_layer(
         if (dst_router.hash_table is None) != (src_router.hash_table is None):
             side = "converted" if src_router.hash_table is not None else "source"
             return _failed(result, f"converted: the {side} layer has no hash table (tid2eid)", t0)
-        ids_d, w_d = _route(x, dst_router, dst_routing, tokens)
+        ids_d, w_d = route_tokens(x, dst_router, dst_routing, tokens)
     except CkptError as exc:
         return _failed(result, f"converted: {exc.message}", t0)
     result.routing_mismatches = int(
@@ -235,7 +214,7 @@ def _check_layer(
     try:
         ranks, slot_of = dst.rank_layers(layer, experts=used, router=dst_router)
         problems = [] if dst.presliced else _tp_problems(ranks[0], tp)
-        topk = (_remap(ids_d, slot_of), w_d)
+        topk = (remap_experts(ids_d, slot_of), w_d)
         got = _runtime(x, ranks, dst.presliced, dst_routing, topk, options.backend, device, tp)
     except CkptError as exc:
         return _failed(result, f"converted: {exc.message}", t0)
@@ -269,7 +248,7 @@ def _reference(
     ids: torch.Tensor,
     weights: torch.Tensor,
 ) -> torch.Tensor:
-    topk = (_remap(ids, loaded.slot_of), weights)
+    topk = (remap_experts(ids, loaded.slot_of), weights)
     return moe_reference(x, loaded.weights, routing, topk=topk)
 
 
@@ -295,14 +274,6 @@ def _runtime(
         prepared = prepare_moe(ranks[0], tp=tp, backend=backend)
     out = run_prepared(act, prepared, routing, backend=backend, topk=topk)
     return out.float().cpu()
-
-
-def _remap(ids: torch.Tensor, slot_of: dict[int, int]) -> torch.Tensor:
-    """Model expert ids -> indexes into the loaded (restricted) expert list."""
-    lut = torch.full((max(slot_of) + 1,), -1, dtype=torch.long)
-    for e, i in slot_of.items():
-        lut[e] = i
-    return lut[ids]
 
 
 def _tp_problems(layer: MoeLayerWeights, tp: int) -> list[str]:

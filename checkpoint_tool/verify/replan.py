@@ -16,7 +16,9 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
+from typing import Any
 
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.errors import CkptError, UsageError
@@ -35,6 +37,16 @@ def require_manifest(dst: Path) -> Manifest:
             "conversion did not finish). Pass --no-lossless to run only the numeric check"
         )
     return manifest
+
+
+def ckpt_meta(dst: Path) -> dict[str, Any]:
+    """DST's ``config.json["ckpt"]`` (what convert recorded: FSE slots, TP, requantization),
+    ``{}`` when it has none."""
+    try:
+        meta = json.loads((Path(dst) / "config.json").read_text()).get("ckpt")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def check_source_identity(manifest: Manifest, catalog: Catalog) -> None:
@@ -75,7 +87,7 @@ def rebuild_plan(
         if requant is None:
             plan = plan_for_catalog(catalog, manifest.options, recipe=manifest.recipe)
         else:  # convert --requantize-shared: the recorded layers and errors
-            from checkpoint_tool.quant.requant.plan import replan_recorded
+            from checkpoint_tool.requant.plan import replan_recorded
 
             plan = replan_recorded(catalog, manifest.options, manifest.recipe, requant)
     except CkptError as exc:

@@ -4,7 +4,7 @@ An independent implementation of what the converter does, so a bug in one cannot
 other:
 
 - the source projection is read and dequantized through the source's **quantization config**
-  (``verify.loader.CheckpointView``, producer semantics) instead of the tensors' dtypes;
+  (``layers.loader.CheckpointView``, producer semantics) instead of the tensors' dtypes;
 - it is quantized by the MXFP4 **codec** (``quant.codecs.MxFp4Codec``: bucketize with a tie
   fix-up, and Quark's +0 for negative values that round to zero) instead of the converter's
   compare-and-count quantizer (``quant.requant.mxfp4``).
@@ -34,9 +34,8 @@ import torch
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.quant.codecs import MxFp4Codec, get_codec
+from checkpoint_tool.quant.requant.scheme import MXFP4_SCHEME, SUFFIX
 from checkpoint_tool.quant.resolve import split_tensor_name
-
-SUFFIX = "@mxfp4"
 
 
 def codec_mxfp4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,7 +53,7 @@ class IndependentRequant:
     """Requantized source modules, by name, from the source checkpoint (see the module doc)."""
 
     def __init__(self, catalog: Catalog) -> None:
-        from checkpoint_tool.verify.loader import CheckpointView
+        from checkpoint_tool.layers.loader import CheckpointView
 
         self.view = CheckpointView(catalog, semantics="producer")
         self._cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
@@ -109,7 +108,6 @@ def requantized_reference(loaded: Any, layer: int, meta: dict[str, Any]) -> Any:
     rec = recorded(meta)
     if rec is None or layer not in rec["layers"]:
         return loaded
-    from checkpoint_tool.quant.requant.error import MXFP4_SCHEME
     from checkpoint_tool.runtime.weights import ExpertWeights, Projection
 
     def requant(p: Projection) -> Projection:

@@ -15,7 +15,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -26,10 +25,15 @@ from checkpoint_tool.catalog import Catalog, open_catalog
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.execute.manifest import Manifest, read_manifest
 from checkpoint_tool.execute.progress import Progress
-from checkpoint_tool.verify.loader import CheckpointView
+from checkpoint_tool.layers.loader import CheckpointView
 from checkpoint_tool.verify.lossless import DEFAULT_BUDGET, DEFAULT_MAX_LISTED, check_lossless
 from checkpoint_tool.verify.numeric import DEFAULT_TOKENS, NumericOptions, check_numeric
-from checkpoint_tool.verify.replan import check_source_identity, rebuild_plan, require_manifest
+from checkpoint_tool.verify.replan import (
+    check_source_identity,
+    ckpt_meta,
+    rebuild_plan,
+    require_manifest,
+)
 from checkpoint_tool.verify.report import (
     NO_NUMERIC,
     LosslessReport,
@@ -90,7 +94,7 @@ def verify_checkpoint(
         check_source_identity(manifest, src_catalog)
         from checkpoint_tool.verify.requant import check_errors, recorded
 
-        requant = recorded(_config_meta(dst))
+        requant = recorded(ckpt_meta(dst))
         plan, same = rebuild_plan(manifest, src_catalog, requant=requant)
         lossless = check_lossless(
             plan,
@@ -102,7 +106,7 @@ def verify_checkpoint(
         )
         lossless.plan_matches_manifest = same
         if requant is not None:  # requantized shared experts: their errors recomputed
-            requant_notes, requant_ok = check_errors(src_catalog, _config_meta(dst))
+            requant_notes, requant_ok = check_errors(src_catalog, ckpt_meta(dst))
             notes += requant_notes
             if not requant_ok:
                 lossless.status = "failed"
@@ -150,7 +154,7 @@ def _numeric(
     src = CheckpointView(src_catalog, semantics="producer")
     out: ConvertedView
     if layout == "vllm-sharded":
-        ranks = _recorded_tp(manifest, _config_meta(dst))
+        ranks = _recorded_tp(manifest, ckpt_meta(dst))
         if options.tp is not None and options.tp != ranks:
             raise UsageError(
                 f"--tp {options.tp}: {dst} is a vllm-sharded output for {ranks} rank(s); its "
@@ -169,14 +173,6 @@ def _recorded_tp(manifest: Manifest | None, meta: dict[str, Any]) -> int:
         return manifest.options.tp
     tp = meta.get("tp")
     return int(tp) if isinstance(tp, int) and tp > 0 else 1
-
-
-def _config_meta(dst: Path) -> dict[str, Any]:
-    try:
-        meta = json.loads((dst / "config.json").read_text()).get("ckpt")
-    except (OSError, ValueError, AttributeError):
-        return {}
-    return meta if isinstance(meta, dict) else {}
 
 
 def _layout(manifest: Manifest | None, dst: Path) -> str:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Union
 
 from checkpoint_tool.errors import UsageError
-from checkpoint_tool.verify.loader import CheckpointView
+from checkpoint_tool.layers.loader import CheckpointView
 
 if TYPE_CHECKING:
     from checkpoint_tool.verify.sharded import ShardedView

@@ -31,6 +31,7 @@ import torch
 from safetensors import safe_open
 
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.layers.view import ConfigView, Router, split_gate_up
 from checkpoint_tool.model import ModelFacts, MoeLayerFacts, model_facts
 from checkpoint_tool.quant.resolve import resolve_tensor
 from checkpoint_tool.quant.roles import CODEC_ROLES, role_of_suffix, suffixes_of
@@ -39,7 +40,6 @@ from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Proj
 from checkpoint_tool.targets import DEFAULT_TARGET, load_spec
 from checkpoint_tool.targets.keys import KeyResolver
 from checkpoint_tool.targets.sharded_read import rank_files
-from checkpoint_tool.verify.view import ConfigView, Router, split_gate_up
 
 #: vLLM parameter suffix -> runtime role: the codec's roles (``quant.roles``) less DeepSeek-V4's
 #: bare ``scale``, a checkpoint name that no vLLM parameter of the sharded targets carries

@@ -30,8 +30,14 @@ from checkpoint_tool.execute.distributed.split import split_files
 from checkpoint_tool.execute.progress import NullProgress
 from checkpoint_tool.plan.model import Plan
 from checkpoint_tool.verify.lossless import LosslessChecker, stored_nbytes
-from checkpoint_tool.verify.replan import check_source_identity, rebuild_plan, require_manifest
+from checkpoint_tool.verify.replan import (
+    check_source_identity,
+    ckpt_meta,
+    rebuild_plan,
+    require_manifest,
+)
 from checkpoint_tool.verify.report import LosslessReport, NumericReport, VerifyReport
+from checkpoint_tool.verify.requant import check_errors, recorded
 
 VERIFY_PART_FORMAT = "ckpt-verify-part/1"
 
@@ -56,11 +62,21 @@ class VerifyPartReport(BaseModel):
 
 
 def _prepare(dst: Path, source: str) -> tuple[Plan, Catalog, str, bool]:
+    """The plan convert executed (with its requantized shared experts, when DST records any)."""
     manifest = require_manifest(dst)
     catalog = open_catalog(source, headers_only=False)
     check_source_identity(manifest, catalog)
-    plan, same = rebuild_plan(manifest, catalog)
+    plan, same = rebuild_plan(manifest, catalog, requant=recorded(ckpt_meta(dst)))
     return plan, catalog, manifest.plan_sha256, same
+
+
+def _check_requant(report: LosslessReport, catalog: Catalog, dst: Path) -> None:
+    """The recorded requantization errors recomputed from the source (part 0 / the driver, as
+    a single-host verify does once): a gap fails ``report`` with the reason."""
+    notes, ok = check_errors(catalog, ckpt_meta(dst))
+    if not ok:
+        report.status = "failed"
+        report.reason = "; ".join(n for n in notes if "recorded by convert" in n)
 
 
 def check_files(
@@ -99,6 +115,8 @@ def verify_part(
     mine = split_files(sizes, parts)[part]
     lossless = check_files(plan, catalog, Path(dst), mine, others=part == 0, budget=budget,
                            max_listed=max_listed)  # fmt: skip
+    if part == 0:
+        _check_requant(lossless, catalog, Path(dst))
     lossless.plan_sha256 = sha
     return VerifyPartReport(
         dst=str(dst), source=str(source), part=part, parts=parts, plan_sha256=sha,
@@ -152,7 +170,9 @@ def _combine(dst: str, source: str, parts: list[LosslessReport], sha: str, same:
                 merged.mismatches_not_listed += 1
     # weight files first, then config/index/side files, as one host lists them
     merged.mismatches.sort(key=lambda m: (m.kind == "file_differs", m.file))
-    merged.status = "failed" if merged.mismatch_count else "passed"
+    failed = [r for r in parts if r.status == "failed"]
+    merged.status = "failed" if merged.mismatch_count or failed else "passed"
+    merged.reason = next((r.reason for r in failed if r.reason), None)
     merged.seconds = round(seconds, 3)
     numeric = NumericReport(status="skipped", reason="spread lossless check: run the numeric "
                             "check once with --no-lossless")  # fmt: skip
@@ -191,6 +211,7 @@ def verify_ray(
             results[flying.pop(ref)] = ray.get(ref)
     others = check_files(plan, catalog, Path(dst), [], others=True, budget=budget,
                          max_listed=max_listed)  # fmt: skip
+    _check_requant(others, catalog, Path(dst))
     parts = [results[i] for i in range(len(plan.files))] + [others]
     return _combine(str(dst), str(source), parts, sha, same, time.monotonic() - t0, max_listed)
 

@@ -12,11 +12,11 @@ from rich.console import Console
 from checkpoint_tool.catalog import open_local
 from checkpoint_tool.catalog.safetensors_format import build_header
 from checkpoint_tool.execute.open_source import open_sources
-from checkpoint_tool.execute.ops import build_node
 from checkpoint_tool.execute.progress import LineProgress, RichProgress
 from checkpoint_tool.execute.runner import chunk_size
 from checkpoint_tool.execute.source import RangeReader
 from checkpoint_tool.execute.stream import TensorStream
+from checkpoint_tool.execute.tree import build_node
 from checkpoint_tool.plan.model import OutputTensor, Pad, Piece, Region
 
 ROWS, COLS = 2048, 8192  # 16 MiB of U8

@@ -14,9 +14,9 @@ from checkpoint_tool.catalog import open_local
 from checkpoint_tool.catalog.safetensors_format import storage_layout
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.execute.open_source import open_sources
-from checkpoint_tool.execute.ops import build_node
 from checkpoint_tool.execute.source import RangeReader
 from checkpoint_tool.execute.stream import BufferSink, TensorStream
+from checkpoint_tool.execute.tree import build_node
 from checkpoint_tool.plan.model import OutputTensor, Pad, Piece, Region
 
 from .helpers import expected_bytes, random_bytes

@@ -9,7 +9,7 @@ import time
 
 from checkpoint_tool.catalog import open_local
 from checkpoint_tool.execute import readahead as prefetch
-from checkpoint_tool.execute.ops import build_node
+from checkpoint_tool.execute.tree import build_node
 
 from .helpers import tiny_moe_tensors, tiny_plan, write_source
 

@@ -27,7 +27,7 @@ def converted(hybrid: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from checkpoint_tool.cli.session import open_plan
     from checkpoint_tool.execute import execute_plan
     from checkpoint_tool.plan.model import PlanOptions
-    from checkpoint_tool.quant.requant.select import RequantRequest
+    from checkpoint_tool.requant.select import RequantRequest
 
     dst = tmp_path_factory.mktemp("requant") / "out"
     catalog, plan = open_plan(

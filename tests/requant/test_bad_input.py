@@ -76,7 +76,7 @@ def test_auto_picks_the_layers_under_budget(monkeypatch, capsys, hybrid: Path) -
 def test_auto_with_no_layer_under_budget_names_the_cheapest() -> None:
     from checkpoint_tool.errors import UsageError
     from checkpoint_tool.model import model_facts
-    from checkpoint_tool.quant.requant.select import RequantRequest, select_layers
+    from checkpoint_tool.requant.select import RequantRequest, select_layers
 
     facts = model_facts(
         {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"],

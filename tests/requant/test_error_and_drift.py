@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from checkpoint_tool.catalog.catalog import open_catalog
+from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.catalog.reader import read_tensor
 from checkpoint_tool.quant.codecs import MxFp4Codec
-from checkpoint_tool.quant.requant.error import measure_layers
+from checkpoint_tool.requant.error import measure_layers
 from checkpoint_tool.verify.requant import codec_mxfp4
 from tests.main_run import run_main
 from tests.requant.conftest import FSE_TARGET

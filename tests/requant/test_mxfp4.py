@@ -83,3 +83,62 @@ def test_source_formats_dequantize_as_their_codecs() -> None:
     bf = w.to(torch.bfloat16)
     assert source_format(bf, None) == "bf16"
     assert torch.equal(dequantize_source({"weight": bf}), bf.float())
+
+
+def _every_bf16_pattern() -> torch.Tensor:
+    """Every finite BF16 pattern once, shuffled, as groups ``[2040, 32]`` (float32 values)."""
+    bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+    x = bits.view(torch.bfloat16).float()
+    x = x[torch.isfinite(x)]
+    x = x[torch.randperm(x.numel(), generator=torch.Generator().manual_seed(11))]
+    return x[: x.numel() // 32 * 32].reshape(-1, 32)
+
+
+def _at(groups: torch.Tensor, e: int) -> torch.Tensor:
+    """``groups`` moved by powers of two (mantissas kept) so each amax is near ``2**e``, BF16."""
+    amax = groups.abs().amax(dim=1, keepdim=True).clamp(min=2.0**-133)
+    y = groups * torch.exp2((e - torch.frexp(amax).exponent).float())
+    y[::97] = 0.0
+    y[1::89] = -0.0
+    return y.to(torch.bfloat16).reshape(-1, 480)
+
+
+def _same_bytes(w: torch.Tensor) -> None:
+    got, want, ref = quantize_mxfp4(w), quantize_mxfp4(w.float()), codec_mxfp4(w.float())
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+
+
+def test_the_bf16_table_path_writes_the_float_paths_bytes(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # the integer/table path for BF16 input against the float path and the codec on the same
+    # values: every finite BF16 pattern at group exponents across the table's range, zeros,
+    # negative zeros and ties; the float path is switched off so the table does all of it
+    from checkpoint_tool.quant.requant import mxfp4
+
+    groups = _every_bf16_pattern()
+    ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, -0.25, -0.75, -1.25, -5.0])
+    t = torch.zeros(64, 32)
+    t[:, : ties.numel()] = ties * torch.exp2(torch.arange(-40, 24).float())[:, None]
+    cases = [_at(groups, e) for e in (-118, -60, -7, 0, 3, 40, 98)]
+    cases += [t.to(torch.bfloat16).reshape(-1, 512), torch.zeros(3, 64, dtype=torch.bfloat16)]
+    for w in cases:
+        want = quantize_mxfp4(w.float()), codec_mxfp4(w.float())
+        with monkeypatch.context() as m:
+            m.setattr(mxfp4, "_chunk", None)  # a fallback would raise TypeError
+            got = quantize_mxfp4(w)
+        for a, b in want:
+            assert torch.equal(got[0], a) and torch.equal(got[1], b)
+
+
+def test_the_bf16_path_falls_back_off_the_table() -> None:
+    # groups whose amax is below 2**-122 or above 2**103 take the float path: same bytes
+    groups = _every_bf16_pattern()
+    for e in (-135, -126, -123, 101, 110, 127):
+        _same_bytes(_at(groups, e))
+
+
+def test_the_bf16_path_refuses_nan() -> None:
+    x = torch.randn(4, 64).to(torch.bfloat16)
+    x[2, 5] = float("inf")
+    with pytest.raises(InputError, match="NaN or infinite"):
+        quantize_mxfp4(x, name="t")

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from checkpoint_tool.catalog.catalog import open_catalog
+from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.catalog.reader import read_tensor
 from checkpoint_tool.quant.codecs import codec_for_format
 from checkpoint_tool.verify.requant import codec_mxfp4
@@ -104,7 +104,7 @@ def test_convert_is_deterministic(hybrid: Path, converted: Path, tmp_path: Path)
     from checkpoint_tool.cli.session import open_plan
     from checkpoint_tool.execute import execute_plan
     from checkpoint_tool.plan.model import PlanOptions
-    from checkpoint_tool.quant.requant.select import RequantRequest
+    from checkpoint_tool.requant.select import RequantRequest
 
     catalog, plan = open_plan(
         str(hybrid),
@@ -130,7 +130,7 @@ def test_verify_passes_and_catches_a_changed_byte(
     bad = tmp_path / "bad"
     shutil.copytree(converted, bad)
     shard = next(bad.glob("*.safetensors"))
-    from checkpoint_tool.catalog.catalog import open_catalog as oc
+    from checkpoint_tool.catalog import open_catalog as oc
 
     e = oc(bad).tensors["model.layers.1.mlp.experts.8.down_proj.weight"]
     data = bytearray(shard.read_bytes())

@@ -21,7 +21,7 @@ pytest.importorskip("transformers", reason="Quark's exporter needs transformers 
 from safetensors.torch import load_file
 
 from checkpoint_tool.quant.requant.mxfp4 import quantize_mxfp4
-from checkpoint_tool.quant.requant.view import QUARK_MXFP4_SPEC
+from checkpoint_tool.requant.view import QUARK_MXFP4_SPEC
 from checkpoint_tool.verify.requant import codec_mxfp4
 
 pytestmark = pytest.mark.slow

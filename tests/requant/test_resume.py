@@ -35,7 +35,7 @@ def _convert(src: Path, dst: Path, *extra: str, kill_at: int | None = None) -> i
 
 def test_kill_then_resume_is_byte_identical(hybrid: Path, tmp_path: Path) -> None:
     from checkpoint_tool.cli.session import open_plan
-    from checkpoint_tool.quant.requant.select import RequantRequest
+    from checkpoint_tool.requant.select import RequantRequest
 
     catalog, plan = open_plan(
         str(hybrid),

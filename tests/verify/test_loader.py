@@ -1,4 +1,4 @@
-"""``verify.loader.CheckpointView``: runtime layers read by name from source and converted
+"""``layers.loader.CheckpointView``: runtime layers read by name from source and converted
 checkpoints. Expected values come from ``safetensors`` reads and the codecs' dequantizers
 (float32), compared element-wise, independent of the loader's slicing."""
 
@@ -11,8 +11,8 @@ import torch
 from safetensors import safe_open
 
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.layers.loader import CheckpointView
 from checkpoint_tool.quant.codecs import get_codec
-from checkpoint_tool.verify.loader import CheckpointView
 
 from . import corrupt
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from checkpoint_tool.layers.loader import CheckpointView
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
-from checkpoint_tool.verify.loader import CheckpointView
 from checkpoint_tool.verify.sampling import sample_layers
 from checkpoint_tool.verify.tolerance import tolerance_for
 

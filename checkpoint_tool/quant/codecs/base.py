@@ -55,6 +55,17 @@ class WeightCodec(Protocol):
 class BaseCodec(StorageFormat):
     """A format's storage plus tensor-level slicing and padding (formats add the numbers)."""
 
+    # ---- the numbers: every format implements both -----------------------------------------
+    def quantize(self, w: torch.Tensor) -> Parts:
+        """Float weight -> storage tensors by role (``{"weight": ..., "scale": ...}``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not quantize")
+
+    def dequantize(
+        self, parts: Mapping[str, torch.Tensor], *, name: str | None = None
+    ) -> torch.Tensor:
+        """Storage tensors by role -> the float32 logical weight."""
+        raise NotImplementedError(f"{type(self).__name__} does not dequantize")
+
     # ---- tensor-level ops ----------------------------------------------------------------
     def slice(
         self,

@@ -22,8 +22,6 @@ from checkpoint_tool.errors import InputError
 from checkpoint_tool.quant.codecs import codec_for_format
 from checkpoint_tool.quant.scheme import WeightFormat
 
-#: the sibling suffixes a source weight's scale may have, in the order they are looked up
-SCALE_SUFFIXES = ("weight_scale_inv", "weight_scale")
 _FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 _E8M0 = (torch.uint8, torch.float8_e8m0fnu)
 

@@ -1,6 +1,6 @@
 """What the two checkpoint views of ``ckpt verify`` share: config.json facts, routers, gate/up.
 
-``CheckpointView`` (``verify.loader``: a checkpoint read by tensor name) and ``ShardedView``
+``CheckpointView`` (``layers.loader``: a checkpoint read by tensor name) and ``ShardedView``
 (``verify.sharded``: a vllm-sharded output read per rank) read the model facts, the routing,
 the ``ckpt`` metadata and the recorded FSE slots from config.json alike (``ConfigView``); they
 differ in where the tensors come from. Both hand the runtime a ``Router`` and split fused
@@ -54,7 +54,7 @@ class ConfigView:
         self.config = config
         self.text_config = text_config(config)
         self.qconfig = load_quant_config(config, hf_quant_config, where=where)
-        self._scheme_cache: dict[str, Scheme] = {}
+        self._scheme_cache: dict[str | tuple[str, str], Scheme] = {}
 
     @property
     def where(self) -> str:

@@ -40,18 +40,18 @@ from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.catalog.reader import read_rows, read_tensor
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.layers.view import (
+    ConfigView,
+    Router,
+    engine_w13_global_scale,
+    split_gate_up,
+)
 from checkpoint_tool.model import ModelFacts, MoeLayerFacts, model_facts
 from checkpoint_tool.quant.resolve import resolve_tensor, split_tensor_name
 from checkpoint_tool.quant.roles import suffixes_of
 from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.runtime.reference import dequantize_projection
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
-from checkpoint_tool.verify.view import (
-    ConfigView,
-    Router,
-    engine_w13_global_scale,
-    split_gate_up,
-)
 
 Semantics = Literal["vllm", "producer"]
 #: the fallback names of a weight's scale and global scale (``quant.roles``)

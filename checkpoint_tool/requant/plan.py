@@ -5,7 +5,7 @@
    slots on a fusing ``--target``, padding, TP, layouts all see MXFP4 shared experts;
 3. every planned piece of a requantized tensor points back at the source as
    ``<module>.weight@mxfp4`` / ``<module>.weight_scale@mxfp4`` (the executor's
-   ``quant.requant.node``), its ops start with ``requantize mxfp4 <- <source format>``, and
+   ``execute.requant_node``), its ops start with ``requantize mxfp4 <- <source format>``, and
    ``config.json["ckpt"]["requantized_shared"]`` records what was done (the manifest hashes
    both: the plan and config.json).
 
@@ -25,9 +25,10 @@ from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.catalog.safetensors_format import TensorEntry
 from checkpoint_tool.model import model_facts
 from checkpoint_tool.plan.model import OutputTensor, Plan, PlanOptions
-from checkpoint_tool.quant.requant.select import RequantRequest, candidate_layers, select_layers
-from checkpoint_tool.quant.requant.view import SUFFIX, RequantView, requant_view
+from checkpoint_tool.quant.requant.scheme import SUFFIX
 from checkpoint_tool.regions import Piece
+from checkpoint_tool.requant.select import RequantRequest, candidate_layers, select_layers
+from checkpoint_tool.requant.view import RequantView, requant_view
 
 #: the rounding the quantizer follows, as recorded in plans and config.json
 QUANTIZER = "quark-0.13 mxfp4 (scale: even; elements: nearest, ties to even; -0 -> +0)"
@@ -55,7 +56,7 @@ def plan_with_requant(
     )
     where = catalog.source or str(catalog.root)
     if errors is None:  # the preview: every candidate layer's cost, measured once
-        from checkpoint_tool.quant.requant.error import measure_layers
+        from checkpoint_tool.requant.error import measure_layers
 
         wanted = request.layers if isinstance(request.layers, list) else candidate_layers(facts)
         select_layers(RequantRequest(layers=wanted), facts, None, where=where)  # exist at all?
@@ -72,7 +73,7 @@ def plan_with_requant(
 def add_sources(catalog: Catalog, view: RequantView) -> None:
     """List ``<name>@mxfp4`` in ``catalog`` (the source the executor reads): each names the
     file of its module's source weight, so the executor's file bookkeeping (which shards a
-    file reads, unchanged checks) finds it; its bytes come from ``quant.requant.node``."""
+    file reads, unchanged checks) finds it; its bytes come from ``execute.requant_node``."""
     for vname, module in view.virtual.items():
         src = catalog.tensors[view.modules[module].weight]
         v = view.catalog.tensors[vname]
@@ -83,7 +84,7 @@ def add_sources(catalog: Catalog, view: RequantView) -> None:
 
 def finish(plan: Plan, view: RequantView, errors: dict[int, Any]) -> Plan:
     """Point the view's virtual tensors back at the source; record the requantization."""
-    ops_cache: dict[tuple, tuple[str, ...]] = {}
+    ops_cache: dict[tuple[tuple[str, ...], str], tuple[str, ...]] = {}
     virtual = view.virtual
     for f in plan.files:
         for i, t in enumerate(f.tensors):
@@ -91,10 +92,10 @@ def finish(plan: Plan, view: RequantView, errors: dict[int, Any]) -> Plan:
                 continue
             module = virtual[next(p.source for p in t.pieces if p.source in virtual)]
             fmt = view.modules[module].source_format
-            key = (tuple(t.ops), fmt)
-            ops = ops_cache.get(key)
+            ops_key = (tuple(t.ops), fmt)
+            ops = ops_cache.get(ops_key)
             if ops is None:
-                ops = ops_cache[key] = (f"requantize mxfp4 <- {fmt} (Quark 0.13 rounding)", *t.ops)
+                ops = ops_cache[ops_key] = (f"requantize mxfp4 <- {fmt} (Quark 0.13 rounding)", *t.ops)
             pieces = [
                 Piece.of(p.source + SUFFIX, p.slices, p.pads) if p.source in virtual else p
                 for p in t.pieces
@@ -156,7 +157,7 @@ def replan_recorded(
 ) -> Plan:
     """The plan convert executed, from DST's ``requantized_shared`` record (verify): the same
     layers, the recorded errors (not measured again)."""
-    from checkpoint_tool.quant.requant.error import LayerError
+    from checkpoint_tool.requant.error import LayerError
 
     errors = {
         int(n): LayerError(layer=int(n), source="", **e)

@@ -24,22 +24,14 @@ from pydantic import BaseModel
 
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.errors import UsageError
+from checkpoint_tool.layers.inputs import hidden_states, input_ids, remap_experts, route_tokens
+from checkpoint_tool.layers.loader import CheckpointView
 from checkpoint_tool.quant.codecs import MxFp4Codec, get_codec
 from checkpoint_tool.quant.requant.mxfp4 import quantize_mxfp4
-from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+from checkpoint_tool.quant.requant.scheme import MXFP4_SCHEME
+from checkpoint_tool.runtime.reference import moe_reference
 from checkpoint_tool.runtime.weights import ExpertWeights, Projection
 
-#: how MXFP4 shared experts read back in the runtime (Quark's storage)
-MXFP4_SCHEME = Scheme(
-    format=WeightFormat.MXFP4,
-    weight_dtypes=("U8",),
-    group_size=32,
-    scale_suffix="weight_scale",
-    scale_dtypes=("U8",),
-    scale_is_e8m0=True,
-    source="quark",
-    rule="requantized by ckpt",
-)
 DEFAULT_TOKENS = 16
 DEFAULT_SEED = 0
 
@@ -81,9 +73,6 @@ def measure_layers(
     seed: int = DEFAULT_SEED,
 ) -> dict[int, LayerError]:
     """``LayerError`` of each of ``layers`` (MoE layers with a shared expert)."""
-    from checkpoint_tool.runtime.reference import moe_reference
-    from checkpoint_tool.verify.loader import CheckpointView
-    from checkpoint_tool.verify.numeric import _remap, _route, hidden_states, input_ids
 
     view = CheckpointView(catalog, semantics="producer")
     routing = view.routing()
@@ -91,7 +80,7 @@ def measure_layers(
     for n in layers:
         router = view.router(n)
         x = hidden_states(tokens, view.facts.hidden_size, seed, n)
-        ids, weights = _route(x, router, routing, input_ids(tokens, router, seed, n))
+        ids, weights = route_tokens(x, router, routing, input_ids(tokens, router, seed, n))
         used = sorted(set(ids.flatten().tolist()))
         loaded = view.layer(n, experts=used, router=router)
         if not loaded.weights.shared:
@@ -108,7 +97,7 @@ def measure_layers(
                 err, ref = err + e2, ref + r2
                 formats.add(p.scheme.format.value)
             shared.append(ExpertWeights(*projs))
-        topk = (_remap(ids, loaded.slot_of), weights)
+        topk = (remap_experts(ids, loaded.slot_of), weights)
         y = moe_reference(x, loaded.weights, routing, topk=topk).double()
         y_q = moe_reference(x, replace(loaded.weights, shared=shared), routing, topk=topk)
         y_norm = float(y.norm())

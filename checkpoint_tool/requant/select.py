@@ -4,7 +4,7 @@
 ``RequantRequest`` is the request as given (pydantic: the CLI edge); ``candidate_layers`` the
 MoE layers that have a shared expert; ``select_layers`` the layers to requantize, refusing
 layers that do not exist or have no shared expert, and (with a budget) layers whose measured
-error is above it. Pure: the errors are given (``quant.requant.error``).
+error is above it. Pure: the errors are given (``requant.error``).
 
 Example::
 

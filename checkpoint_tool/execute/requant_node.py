@@ -29,11 +29,9 @@ import numpy as np
 
 from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.errors import InputError
-from checkpoint_tool.execute.ops import PieceNode, ReadFn, piece_node
+from checkpoint_tool.execute.ops import Node, PieceNode, ReadFn, piece_node
 from checkpoint_tool.plan.model import Piece
-from checkpoint_tool.quant.requant.mxfp4 import GROUP
-from checkpoint_tool.quant.requant.source import SCALE_SUFFIXES
-from checkpoint_tool.quant.requant.view import SUFFIX
+from checkpoint_tool.quant.requant.scheme import GROUP, SCALE_SUFFIXES, SUFFIX
 from checkpoint_tool.quant.resolve import split_tensor_name
 
 _CACHE: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
@@ -130,7 +128,7 @@ class RequantNode:
                 while len(_CACHE) > _CACHE_SIZE:
                     _CACHE.popitem(last=False)
         arr = hit[0] if self.part == "weight" else hit[1]
-        return memoryview(arr).cast("B")
+        return np.ascontiguousarray(arr).data.cast("B")
 
 
 @dataclass(frozen=True)
@@ -138,7 +136,7 @@ class RequantRow:
     """Row ``r`` of a requantized node (the stream splits rows above its buffer)."""
 
     parent: RequantNode
-    inner: PieceNode
+    inner: Node
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -159,7 +157,7 @@ class RequantRow:
         self.inner.fill_rows(r0, r1, out, _memory_read(data))
 
     def row(self, r: int) -> RequantRow:
-        return RequantRow(self.parent, self.inner.row(r))  # type: ignore[arg-type]
+        return RequantRow(self.parent, self.inner.row(r))
 
 
 def _memory_read(data: bytes | memoryview) -> ReadFn:
@@ -185,6 +183,8 @@ def _read_whole(entry: TensorEntry, read: ReadFn, chunk: int) -> bytes:
 def _quantize(
     weight: TensorEntry, scale: TensorEntry | None, raw_w: bytes, raw_s: bytes
 ) -> tuple[np.ndarray, np.ndarray]:
+    import torch
+
     from checkpoint_tool.catalog.reader import bytes_to_tensor
     from checkpoint_tool.quant.requant.mxfp4 import quantize_mxfp4
     from checkpoint_tool.quant.requant.source import dequantize_source
@@ -192,8 +192,9 @@ def _quantize(
     parts = {"weight": bytes_to_tensor(raw_w, weight.dtype, weight.shape)}
     if scale is not None:
         parts["scale"] = bytes_to_tensor(raw_s, scale.dtype, scale.shape)
-    try:
-        w = dequantize_source(parts)
+    try:  # BF16 goes to the quantizer as it is (its integer path); others as float32
+        bf16 = parts["weight"].dtype == torch.bfloat16 and parts["weight"].ndim == 2
+        w = parts["weight"] if bf16 else dequantize_source(parts)
     except InputError as exc:
         raise InputError(f"{weight.name}: {exc.message}") from None
     packed, scales = quantize_mxfp4(w, name=weight.name)

@@ -8,7 +8,7 @@ gate read it: the modules leave ``exclude`` (a pattern that covered them is repl
 exact names of the other modules it covered) and resolve to the routed experts' MXFP4 spec:
 the global one (an exact ``layer_quant_config`` entry they had, e.g. FP8, is removed), else an
 exact entry equal to it, written first (vLLM takes the first key that matches). The policy and the planner run on that view unchanged, so a fusing
-``--target`` gives those layers their routed slots. ``quant.requant.plan`` then points the
+``--target`` gives those layers their routed slots. ``requant.plan`` then points the
 planned pieces back at the source (``<module>.weight@mxfp4``).
 
 Example::
@@ -29,13 +29,11 @@ from checkpoint_tool.catalog.safetensors_format import TensorEntry
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.model import ModelFacts
 from checkpoint_tool.policy.vllm_names import matching_patterns, quark_layer_config
-from checkpoint_tool.quant.requant.mxfp4 import GROUP
+from checkpoint_tool.quant.requant.scheme import GROUP
 from checkpoint_tool.quant.resolve import resolve_catalog, split_tensor_name
 from checkpoint_tool.quant.roles import SCALE_ROLES, role_of_suffix
 from checkpoint_tool.quant.scheme import WeightFormat
 
-#: how a requantized source tensor is named in a plan piece: ``<name>@mxfp4``
-SUFFIX = "@mxfp4"
 #: the source formats that are dequantized then quantized
 REQUANTIZABLE = {
     WeightFormat.UNQUANTIZED,
