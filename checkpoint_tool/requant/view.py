@@ -30,9 +30,9 @@ from checkpoint_tool.errors import UsageError
 from checkpoint_tool.model import ModelFacts
 from checkpoint_tool.policy.vllm_names import matching_patterns, quark_layer_config
 from checkpoint_tool.quant.requant.scheme import GROUP
-from checkpoint_tool.quant.resolve import resolve_catalog, split_tensor_name
+from checkpoint_tool.quant.resolve import ResolvedCatalog, resolve_catalog, split_tensor_name
 from checkpoint_tool.quant.roles import SCALE_ROLES, role_of_suffix
-from checkpoint_tool.quant.scheme import WeightFormat
+from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 
 #: the source formats that are dequantized then quantized
 REQUANTIZABLE = {
@@ -152,7 +152,13 @@ def requant_view(catalog: Catalog, facts: ModelFacts, layers: list[int]) -> Requ
 
 
 def _module(
-    catalog: Catalog, resolved: Any, layer: int, module: str, weight: str, scheme: Any, where: str
+    catalog: Catalog,
+    resolved: ResolvedCatalog,
+    layer: int,
+    module: str,
+    weight: str,
+    scheme: Scheme,
+    where: str,
 ) -> RequantModule:
     entry = catalog.tensors[weight]
     if len(entry.shape) != 2 or entry.shape[1] % GROUP:
@@ -206,7 +212,7 @@ def _edit_quark(
     facts: ModelFacts,
     layers: list[int],
     modules: dict[str, RequantModule],
-    resolved: Any,
+    resolved: ResolvedCatalog,
 ) -> None:
     """``exclude`` without the requantized modules; their ``layer_quant_config`` entries."""
     chosen = set(modules)
