@@ -59,3 +59,35 @@ def test_per_layer_target(variant):
     assert "--ep, --eplb" in f.message
     [g] = by_rule(engine(path, table=table, all2all="nixl_ep"))["fse_mixed_under_parallelism"]
     assert "--all2all nixl_ep" in g.message
+
+
+def test_online_redirection_of_0d_shared_scales_is_refused(synth_ckpt, tmp_path):
+    # Quark NVFP4 shared experts carry 0-d weight_scale_2 / input_scale_2: vLLM's online FSE
+    # redirection (deepseek_v2.py load_weights) indexes loaded_weight.shape[split_dim] and
+    # raises IndexError; the loader judge (tests/vllm) saw that crash on this preset
+    src = synth_ckpt("quark-nvfp4")
+    [f] = by_rule(engine(src, target=AITER_FSE))["fse_redirect_scalar"]
+    assert f.severity == "error"
+    assert f.layers and all(".shared_experts." in t for t in f.tensors)
+    from safetensors import safe_open
+
+    scalars = set()
+    for shard in sorted(src.glob("*.safetensors")):
+        with safe_open(shard, "pt") as fh:
+            scalars |= {
+                n for n in fh.keys() if ".shared_experts." in n and not fh.get_slice(n).get_shape()
+            }
+    assert set(f.tensors) == scalars  # every 0-d shared-expert tensor, nothing else
+    # the same layers without the fusing target: nothing is redirected online
+    assert "fse_redirect_scalar" not in by_rule(engine(src))
+    # ckpt's conversion for that target writes the shared experts as routed slots already
+    from typer.testing import CliRunner
+
+    from checkpoint_tool.cli.app import app
+
+    dst = tmp_path / "dst"
+    r = CliRunner().invoke(
+        app, ["convert", str(src), str(dst), "--target", AITER_FSE, "--no-fsync", "--no-progress"]
+    )
+    assert r.exit_code == 0, r.output
+    assert "fse_redirect_scalar" not in by_rule(engine(dst, target=AITER_FSE))
