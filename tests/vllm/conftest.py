@@ -14,23 +14,13 @@ Example::
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from engine_checks import ckpt_cli
+from engine_checks import PROMPTS, ckpt_cli
 
 from checkpoint_tool.vllm_run import PYTHON_ENV, EngineResult, find_vllm_python, run_engine
-
-
-def _prompt(seed: int, n: int) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(1, 512) for _ in range(n)]
-
-
-#: teacher-forced prompts (token ids < 512, the tiny presets' vocab): fixed, several lengths
-PROMPTS: list[list[int]] = [_prompt(0, 12), _prompt(1, 7), _prompt(2, 16)]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

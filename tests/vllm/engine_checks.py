@@ -3,6 +3,17 @@ it can never shadow the real ``vllm`` on sys.path)."""
 
 from __future__ import annotations
 
+import random
+
+
+def _prompt(seed: int, n: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(1, 512) for _ in range(n)]
+
+
+#: teacher-forced prompts (token ids < 512, the tiny presets' vocab): fixed, several lengths
+PROMPTS: list[list[int]] = [_prompt(0, 12), _prompt(1, 7), _prompt(2, 16)]
+
 
 def ckpt_cli(*argv: str) -> int:
     """Run ``ckpt *argv`` in this process (what a user types); return the exit code."""

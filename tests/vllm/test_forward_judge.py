@@ -38,7 +38,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import PROMPTS
+from engine_checks import PROMPTS
 
 from checkpoint_tool.vllm_run import engine_env
 
