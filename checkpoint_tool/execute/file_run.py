@@ -31,6 +31,7 @@ from checkpoint_tool.execute.manifest import (
 from checkpoint_tool.execute.ops import Node
 from checkpoint_tool.execute.progress import Progress
 from checkpoint_tool.execute.readahead import Prefetcher, merge_ranges, node_ranges
+from checkpoint_tool.execute.requant_node import RequantCache
 from checkpoint_tool.execute.source import RangeReader, SourceFiles
 from checkpoint_tool.execute.stream import Cancelled, TensorStream
 from checkpoint_tool.execute.tree import build_node
@@ -92,6 +93,9 @@ class FileRun:
         self.prefetch = PREFETCH
         self._lock = threading.Lock()
         self._local = threading.local()
+        #: requantized modules shared by this run's files (the TP slices and FSE slots of a
+        #: module are read and quantized once while it fits): at most one buffer's size
+        self.requant = RequantCache(max_bytes=chunk)
 
     def _stream(self) -> TensorStream:
         stream = getattr(self._local, "stream", None)
@@ -138,7 +142,7 @@ class FileRun:
         ofile: OutputFile = self.plan.files[i]
         stream = self._stream()
         header = [(t.name, t.dtype, tuple(t.shape)) for t in ofile.tensors]
-        nodes = [build_node(t, self.sources.catalog.tensors) for t in ofile.tensors]
+        nodes = [build_node(t, self.sources.catalog.tensors, self.requant) for t in ofile.tensors]
         stream.reader.expect(nodes)  # remote sources prefetch these reads (execute.remote_prefetch)
         with (
             SafetensorsWriter(

@@ -4,25 +4,26 @@ source weight, dequantized (``quant.requant.source``) and quantized (``quant.req
 
 ``requant_node`` gives an ``execute.ops`` node: the module is requantized when the stream first
 asks for its rows (reading the source through the stream's reader, a block of rows at a time),
-then its regions and pads are those of any piece. Memory: one module's float32 weight while it
-is quantized, and the MXFP4 bytes of the last two modules, keyed by the content of their source
-bytes (FSE chunks and TP slices of one module land in several output tensors; each reads the
-source again, and the hit skips the quantization). Deterministic: the same source bytes give
-the same output bytes on any machine.
+then its regions and pads are those of any piece. FSE chunks and TP slices of one module land
+in several output tensors (weight and scale, each rank's file): a ``RequantCache``, one per run
+of one source, keeps the MXFP4 bytes of recent modules keyed by the source tensors' byte ranges,
+so a module is read and quantized once while its bytes fit the cache (the run's share of
+``--memory-budget``). Memory: one module's float32 weight while it is quantized, plus the cache.
+Deterministic: the same source bytes give the same output bytes on any machine.
 
 Example::
 
+    cache = RequantCache(max_bytes=256 << 20)
     node = requant_node(Piece("model.layers.1.mlp.shared_experts.down_proj.weight@mxfp4"),
-                        catalog.tensors, "model.layers.1.mlp.experts.4.down_proj.weight")
+                        catalog.tensors, "model.layers.1.mlp.experts.4.down_proj.weight", cache)
     node.shape, node.itemsize   # ((64, 64), 1): U8 [H, I/2]
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,16 +35,60 @@ from checkpoint_tool.plan.model import Piece
 from checkpoint_tool.quant.requant.scheme import GROUP, SCALE_SUFFIXES, SUFFIX
 from checkpoint_tool.quant.resolve import split_tensor_name
 
-_CACHE: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-_CACHE_SIZE = 2
-_LOCK = threading.Lock()
+#: a module's requantized bytes: (packed E2M1 codes, E8M0 scales)
+Quantized = tuple[np.ndarray, np.ndarray]
+#: where a module's source lives: (file, begin, end) of its weight and of its scale (or None)
+SourceKey = tuple[tuple[str, int, int], tuple[str, int, int] | None]
+
+
+class RequantCache:
+    """The requantized modules of one run, least recently used first, within ``max_bytes``
+    (the last module is always kept); one thread quantizes a module while the others asking
+    for it wait. Keys are byte ranges of the run's one source: never share a cache between
+    sources."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.entries: OrderedDict[SourceKey, Quantized] = OrderedDict()
+        self.busy: dict[SourceKey, threading.Event] = {}
+        self.lock = threading.Lock()
+        self.computed = 0  # modules quantized (a figure for tests and benchmarks)
+
+    def get(self, key: SourceKey, compute: Callable[[], Quantized]) -> Quantized:
+        while True:
+            with self.lock:
+                hit = self.entries.get(key)
+                if hit is not None:
+                    self.entries.move_to_end(key)
+                    return hit
+                wait = self.busy.get(key)
+                if wait is None:
+                    mine = self.busy[key] = threading.Event()
+                    break
+            wait.wait()
+        try:
+            value = compute()
+            with self.lock:
+                self.computed += 1
+                self.entries[key] = value
+                total = sum(a.nbytes + b.nbytes for a, b in self.entries.values())
+                while len(self.entries) > 1 and total > self.max_bytes:
+                    _, (a, b) = self.entries.popitem(last=False)
+                    total -= a.nbytes + b.nbytes
+            return value
+        finally:
+            with self.lock:
+                del self.busy[key]
+            mine.set()
 
 
 def is_requantized(source: str) -> bool:
     return source.endswith(SUFFIX)
 
 
-def requant_node(piece: Piece, sources: Mapping[str, TensorEntry], tensor: str) -> RequantNode:
+def requant_node(
+    piece: Piece, sources: Mapping[str, TensorEntry], tensor: str, cache: RequantCache
+) -> RequantNode:
     """The node of one requantized piece of output ``tensor`` (see the module doc)."""
     base = piece.source[: -len(SUFFIX)]
     module, part = split_tensor_name(base)
@@ -66,7 +111,7 @@ def requant_node(piece: Piece, sources: Mapping[str, TensorEntry], tensor: str) 
     key = (weight.file, weight.begin, part)
     virtual = TensorEntry(base, f"\0requant:{key}", "U8", (n, cols), 0, n * cols)
     inner = piece_node(Piece(base, piece.slices, piece.pads), virtual, tensor)
-    return RequantNode(inner, weight, scale, part)
+    return RequantNode(inner, weight, scale, part, cache)
 
 
 @dataclass(frozen=True)
@@ -77,6 +122,7 @@ class RequantNode:
     weight: TensorEntry
     scale: TensorEntry | None
     part: str
+    cache: RequantCache = field(compare=False, repr=False)
     #: this node's bytes once computed (the stream asks for them a block of rows at a time)
     memo: list = field(default_factory=list, compare=False, repr=False)
 
@@ -113,21 +159,15 @@ class RequantNode:
         return self.memo[0]
 
     def _compute(self, read: ReadFn, chunk: int) -> memoryview:
-        raw_w = _read_whole(self.weight, read, chunk)
-        raw_s = _read_whole(self.scale, read, chunk) if self.scale is not None else b""
-        # keyed by content: two sources with the same layout never share an entry
-        key = (self.weight.dtype, self.weight.shape, hashlib.blake2b(raw_w + raw_s).digest())
-        with _LOCK:
-            hit = _CACHE.get(key)
-            if hit is not None:
-                _CACHE.move_to_end(key)
-        if hit is None:
-            hit = _quantize(self.weight, self.scale, raw_w, raw_s)
-            with _LOCK:
-                _CACHE[key] = hit
-                while len(_CACHE) > _CACHE_SIZE:
-                    _CACHE.popitem(last=False)
-        arr = hit[0] if self.part == "weight" else hit[1]
+        def quantize() -> Quantized:
+            raw_w = _read_whole(self.weight, read, chunk)
+            raw_s = _read_whole(self.scale, read, chunk) if self.scale is not None else b""
+            return _quantize(self.weight, self.scale, raw_w, raw_s)
+
+        w, s = self.weight, self.scale
+        key = ((w.file, w.begin, w.end), None if s is None else (s.file, s.begin, s.end))
+        packed, scales = self.cache.get(key, quantize)
+        arr = packed if self.part == "weight" else scales
         return np.ascontiguousarray(arr).data.cast("B")
 
 

@@ -20,13 +20,16 @@ from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.catalog.safetensors_format import storage_layout
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.execute.ops import CombineNode, Node, PieceNode, byte_strides, piece_node
-from checkpoint_tool.execute.requant_node import requant_node
+from checkpoint_tool.execute.requant_node import RequantCache, requant_node
 from checkpoint_tool.plan.model import OutputTensor
 from checkpoint_tool.quant.requant.scheme import SUFFIX
 
 
-def build_node(out: OutputTensor, sources: Mapping[str, TensorEntry]) -> Node:
+def build_node(
+    out: OutputTensor, sources: Mapping[str, TensorEntry], requant: RequantCache | None = None
+) -> Node:
     """The node tree of one output tensor, checked against its planned dtype and shape.
+    ``requant``: the run's cache of requantized modules (default: one for this tensor alone).
 
     A ``single`` piece may differ from the planned shape by size-1 dims (``[1, I, H]`` cut from a
     fused ``[E, 2I, H]`` parameter is written as ``[I, H]``): the bytes are the same.
@@ -38,7 +41,9 @@ def build_node(out: OutputTensor, sources: Mapping[str, TensorEntry]) -> Node:
     pieces: list[Node] = []
     for piece in out.pieces:
         if piece.source.endswith(SUFFIX):  # a requantized source (``execute.requant_node``)
-            pieces.append(requant_node(piece, sources, out.name))
+            if requant is None:
+                requant = RequantCache(max_bytes=0)
+            pieces.append(requant_node(piece, sources, out.name, requant))
             continue
         entry = sources.get(piece.source)
         if entry is None:

@@ -158,3 +158,38 @@ def test_tp2_sharded_layout_slices_requantized_tensors(
 
     report = verify_checkpoint(dst, str(hybrid), VerifyOptions(numeric=False))
     assert report.passed, report.model_dump_json()
+
+
+def test_each_requantized_module_is_quantized_once(
+    monkeypatch, capsys, hybrid: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """TP 2 slices and FSE slots put one module's bytes in several output tensors (weight and
+    scale, one file per rank, written one after the other here): the run quantizes each module
+    once, not once per output tensor or per rank file."""
+    import checkpoint_tool.quant.requant.mxfp4 as mxfp4
+
+    calls: list[str] = []
+    real = mxfp4.quantize_mxfp4
+
+    def counting(w, name=""):  # type: ignore[no-untyped-def]
+        calls.append(name)
+        return real(w, name=name)
+
+    monkeypatch.setattr(mxfp4, "quantize_mxfp4", counting)
+    dst = tmp_path / "tp2-fse"
+    args = ("--tp", "2", "--target", FSE_TARGET, "--requantize-shared", "mxfp4",
+            "--requantize-layers", "all")  # fmt: skip
+    code, _, err = run_main(
+        monkeypatch, capsys, "convert", str(hybrid), str(dst), *args, "--layout",
+        "vllm-sharded", "--workers", "1", "--no-progress",
+    )  # fmt: skip
+    assert code == 0, err
+    quantized = [n for n in calls if n.endswith(".weight")]  # the error preview names modules
+    doc = _plan(monkeypatch, capsys, hybrid, *args)
+    sources = {
+        p["source"].split("@")[0].rsplit(".", 1)[0] + ".weight"
+        for t in _tensors(doc).values() for p in t["pieces"]
+        if p["source"].endswith("@mxfp4")
+    }  # fmt: skip
+    assert len(sources) >= 3  # the three projections of at least one layer
+    assert sorted(quantized) == sorted(sources)
