@@ -64,7 +64,8 @@ def get_preset(name: str) -> PresetSpec:
 
 
 class SizeOverrides(TypedDict, total=False):
-    """The user's sizes (``dims.OVERRIDES``) and DeepSeek-V3 ``mla`` geometry; None keeps the
+    """The user's sizes (``dims.OVERRIDES``), DeepSeek-V3 ``mla`` geometry and DeepSeek-V4
+    ``engram`` tables (False: V4-Flash as published, without the V4.1 engram); None keeps the
     preset's, e.g. ``{"n_routed": 4, "num_layers": 2, "mla": "quark-fixture"}``."""
 
     num_layers: int | None
@@ -73,6 +74,7 @@ class SizeOverrides(TypedDict, total=False):
     hidden: int | None
     moe_intermediate: int | None
     mla: str | None
+    engram: bool | None
 
 
 class WriteOptions(TypedDict, total=False):
@@ -98,7 +100,13 @@ def resolve_dims(
     ``mla`` (DeepSeek-V3 tiny presets): ``"vllm"`` (the default: a geometry vLLM loads) or
     ``"quark-fixture"`` (the MLA sizes of the Quark producer fixtures)."""
     mla = overrides.pop("mla", None)
+    engram = overrides.pop("engram", None)
     dims = with_overrides(spec.full if sparse else spec.tiny, **overrides)
+    if engram is not None:
+        if spec.family != "deepseek_v4":
+            raise UsageError("engram= applies to the DeepSeek-V4 presets only")
+        if not engram:
+            dims = dims.model_copy(update={"engram_layers": ()})
     if mla is not None:
         if mla not in MLA_GEOMETRIES:
             raise UsageError(f"mla {mla!r}: choose one of {sorted(MLA_GEOMETRIES)}")

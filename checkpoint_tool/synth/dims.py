@@ -99,7 +99,9 @@ def with_overrides(dims: Dims, **values: int | None) -> Dims:
 #   sizes whose TP-2 slices are whole 128 blocks (q_b_proj and kv_b_proj rows 512, o_proj
 #   columns 256);
 # - v4 / v4-tiny: DeepSeek-V4-Flash (config.json of deepseek-ai/DeepSeek-V4-Flash, 46 shards)
-#   and its tiny twin, with a DeepSeek-V4.1 engram table on layer 1;
+#   and its tiny twin, with a DeepSeek-V4.1 engram table on layer 1 (``engram=False`` drops
+#   it); the tiny indexer keeps V4-Flash's head dim 128 (vLLM's fused quant+cache kernel takes
+#   128 or 512 only: models/deepseek_v4/compressor.py);
 # - qwen2: Qwen2-MoE (config.json of Qwen/Qwen1.5-MoE-A2.7B: one shared expert of 4 x 1408);
 #   qwen3: Qwen3-MoE (config.json of Qwen/Qwen3-30B-A3B: no shared expert);
 # - qwen-tiny: tiny Qwen2-/Qwen3-MoE, 3 MoE layers, GQA 4/2 heads of 64 (whole heads per rank
@@ -127,7 +129,7 @@ head_dim                 .      .       512    128     128    128    64        2
 o_groups                 .      .       8      2       .      .      .         .       .
 o_lora_rank              .      .       1024   128     .      .      .         .       .
 index_n_heads            .      .       64     4       .      .      .         .       .
-index_head_dim           .      .       128    64      .      .      .         .       .
+index_head_dim           .      .       128    128     .      .      .         .       .
 hc_mult                  .      .       4      4       .      .      .         .       .
 num_hash_layers          .      .       3      1       .      .      .         .       .
 engram_layers            .      .       .      1,      .      .      .         .       .

@@ -293,3 +293,17 @@ def test_qwen3_5_moe_names_and_config(synth_ckpt):
     assert "model.language_model.layers.0.linear_attn.in_proj_qkv" in q["exclude"]
     assert "model.language_model.layers.3.self_attn.q_proj" in q["exclude"]
     assert tensors["model.language_model.layers.3.self_attn.q_proj.weight"].shape == (512, 256)
+
+
+def test_deepseek_v4_without_engram_is_v4_flash_as_published() -> None:
+    """``engram=False``: no V4.1 engram table and no engram config fields; the rest as is."""
+    with_engram = build_layout("deepseek-v4")
+    flash = build_layout("deepseek-v4", engram=False)
+    names = {t.name for t in with_engram.tensors}
+    flash_names = {t.name for t in flash.tensors}
+    assert any(".engram." in n for n in names)
+    assert flash_names == {n for n in names if ".engram." not in n}
+    assert "engram_layer_ids" in with_engram.config
+    assert not any(k.startswith("engram") for k in flash.config)
+    with pytest.raises(UsageError, match="DeepSeek-V4"):
+        build_layout("deepseek-v3-fp8", engram=False)

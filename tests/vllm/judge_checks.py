@@ -145,6 +145,14 @@ def _partition(name: str, meta: dict, ndim: int) -> tuple[int | None, bool]:
         return (int(dim), False) if ndim > 2 and dim is not None else (None, False)
     if kind == "replicated" or (kind == "other" and "mla_attn" in name):
         return None, False
+    if kind == "other" and leaf == "attn_sink":
+        # DeepSeek-V4: one sink per attention head, split by head (head_rank_start:end in
+        # models/deepseek_v4/cpu/model.py load_weights)
+        return (0, False) if ndim == 2 else (None, False)
+    if kind == "other" and (leaf.startswith("hc_") or leaf == "ape"):
+        # DeepSeek-V4's hyper-connection mixers and compressor position embeddings: plain
+        # parameters of the decoder layer / compressor, whole on every rank
+        return None, False
     raise AssertionError(f"{name}: no TP rule for a parameter of {meta.get('module')} ({kind})")
 
 

@@ -92,6 +92,11 @@ CELLS = [
     Cell("deepseek-v3-fp8", 2, "vllm-sharded", fse=False, opts=(("moe_intermediate", 256),)),
     # I 128: vLLM refuses the source at TP 2 (64 rows per rank, half a block); ckpt pads
     Cell("deepseek-v3-fp8", 2, "hf", fse=False),
+    # DeepSeek-V4-Flash (vLLM's CPU DeepseekV4 model; no V4.1 engram tables there, and its
+    # CPU MoE never fuses: is_fused_shared_expert_enabled = False, models/deepseek_v4/cpu)
+    Cell("deepseek-v4", 1, "hf", opts=(("engram", False),)),
+    # I 128: vLLM refuses the source at TP 2 (block FP8 shared expert); ckpt pads to 256
+    Cell("deepseek-v4", 2, "hf", opts=(("engram", False),)),
 ]
 
 
@@ -225,6 +230,8 @@ REFUSED_AT_TP2 = {
     ("quark-hybrid", ()): "not divisible by weight quantization block_n = 128",
     # block-FP8 experts, I 128: 64 input columns of w2 per rank < block_k 128
     ("deepseek-v3-fp8", ()): "not divisible by weight quantization block_k = 128",
+    # block-FP8 shared expert, I 128: the same
+    ("deepseek-v4", (("engram", False),)): "not divisible by weight quantization block_k = 128",
 }
 
 
