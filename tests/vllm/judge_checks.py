@@ -225,7 +225,14 @@ def refold_shared(rank, n_routed: int):  # type: ignore[no-untyped-def]
             shared = f"{mlp}.shared_experts.{proj}.{rest}"
             routed = params[name]
             assert routed.shape[0] == n_routed, f"{name}: {routed.shape[0]} slots"
-            extra = params.pop(shared).reshape(1, *routed.shape[1:])
+            extra = params.pop(shared)
+            if extra.numel() == 2 * routed[0].numel() and leaf == "w13_input_scale":
+                # per-tensor FP8: one w13 input scale per expert, written by w1 then w3 into
+                # the same slot; the shared MLP keeps gate's and up's. Equal here, or the
+                # slot's value would depend on the loading order
+                assert torch.equal(extra[0], extra[1]), f"{shared}: gate and up input scales differ"
+                extra = extra[:1]
+            extra = extra.reshape(1, *routed.shape[1:])
             dtypes.pop(shared)
             params[name] = torch.cat([routed, extra])
     assert not [n for n in params if ".shared_experts." in n], "shared parameters left over"

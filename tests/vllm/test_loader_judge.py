@@ -88,6 +88,8 @@ CELLS = [
     Cell("modelopt-nvfp4", 1, "hf", fse=True),
     Cell("modelopt-nvfp4", 2, "hf", fse=False, pad=256),
     Cell("deepseek-v3-fp8", 1, "hf", fse=True),
+    # per-tensor FP8 (BF16 weight_scale, static input_scale): vLLM's online FSE path crashes
+    Cell("quark-fp8-per-tensor", 1, "hf", fse=True),
     # I 256: 128 per rank, one FP8 block
     Cell("deepseek-v3-fp8", 2, "vllm-sharded", fse=False, opts=(("moe_intermediate", 256),)),
     # I 128: vLLM refuses the source at TP 2 (64 rows per rank, half a block); ckpt pads
@@ -192,10 +194,14 @@ def _ckpt_fse_layers(out: Path) -> list[int]:
 
 
 #: FSE cells whose *source* vLLM's online FSE redirection crashes on (0-d NVFP4
-#: weight_scale_2 / input_scale_2 of the shared experts: IndexError at
+#: weight_scale_2 / input_scale_2, per-tensor FP8 scales of the shared experts: IndexError at
 #: ``loaded_weight.shape[split_dim]``, deepseek_v2.py load_weights): their output is compared
 #: with the unfused load of the source, refolded (``refold_shared``)
-SOURCE_FSE_CRASHES = {"quark-nvfp4": "IndexError: tuple index out of range"}
+SOURCE_FSE_CRASHES = {
+    "quark-nvfp4": "IndexError: tuple index out of range",
+    # 0-d weight_scale / input_scale of per-tensor FP8 shared experts: the same line
+    "quark-fp8-per-tensor": "IndexError: tuple index out of range",
+}
 N_ROUTED = 8  # the tiny presets' routed experts
 
 #: cells whose load vLLM refuses, and the reason it gives (the source refuses the same way)
