@@ -5,6 +5,7 @@ Example::
     ckpt synth --list
     ckpt synth quark-hybrid ./hybrid --seed 1
     ckpt synth deepseek-v3-fp8 ./r1 --sparse            # real DeepSeek-R1 layout, 163 shards
+    ckpt synth moe-1024x80-mxfp4 ./big --sparse         # scale model: 486,737 tensors
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ HELP = (
     "  ckpt synth --list\n\n"
     "  ckpt synth quark-hybrid ./hybrid --seed 1\n\n"
     "  ckpt synth quark-mxfp4 ./m --experts 16 --moe-intermediate 96 --shard-size 200KB\n\n"
-    "  ckpt synth deepseek-v3-fp8 ./r1 --sparse"
+    "  ckpt synth deepseek-v3-fp8 ./r1 --sparse\n\n"
+    "  ckpt synth moe-1024x80-mxfp4 ./big --sparse   (scale model: 1024 experts x 80 layers, "
+    "486,737 tensors)"
 )
 
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(i?)b?")

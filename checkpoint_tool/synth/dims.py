@@ -106,42 +106,46 @@ def with_overrides(dims: Dims, **values: int | None) -> Dims:
 #   qwen3: Qwen3-MoE (config.json of Qwen/Qwen3-30B-A3B: no shared expert);
 # - qwen-tiny: tiny Qwen2-/Qwen3-MoE, 3 MoE layers, GQA 4/2 heads of 64 (whole heads per rank
 #   at TP 2);
-# - qwen3.5 / qwen3.5-tiny: Qwen3.5-MoE (text model of Qwen3.5-397B-A17B) and its tiny twin.
+# - qwen3.5 / qwen3.5-tiny: Qwen3.5-MoE (text model of Qwen3.5-397B-A17B) and its tiny twin;
+# - moe1k / moe1k-tiny: a DeepSeek-V3-architecture scale model of 1024 routed experts x 80 layers
+#   (one dense layer first, as Kimi-K2; V3's MLA and hidden size, fine-grained experts of 1024,
+#   no MTP layer as Quark's in-memory exports; ~0.93 TB of MXFP4 in 192 shards, ~486k tensors)
+#   and a tiny twin of 32 experts in the v3-tiny geometry.
 _TABLE = """
-field                    v3     v3-tiny v4     v4-tiny qwen2  qwen3  qwen-tiny qwen3.5 qwen3.5-tiny
-num_layers               61     4       43     4       24     48     3         60      4
-n_routed                 256    8       256    8       60     128    8         512     8
-n_shared                 1      1       1      1       4      0      1         1       1
-top_k                    8      2       6      2       4      8      2         10      2
-hidden                   7168   256     4096   256     2048   2048   256       4096    256
-moe_intermediate         2048   128     2048   128     1408   768    128       1024    128
-intermediate             18432  512     .      .       5632   6144   512       .       .
-first_dense              3      1       .      .       .      .      .         .       .
-vocab                    129280 512     129280 512     151936 151936 512       248320  512
-heads                    128    4       64     4       16     32     4         32      4
-mtp_layers               1      1       1      1       0      0      0         0       0
-q_lora_rank              1536   128     1024   128     .      .      .         .       .
-kv_lora_rank             512    512     .      .       .      .      .         .       .
-qk_nope                  128    64      .      .       .      .      .         .       .
-qk_rope                  64     64      64     32      .      .      .         .       .
-v_head                   128    64      .      .       .      .      .         .       .
-head_dim                 .      .       512    128     128    128    64        256     64
-o_groups                 .      .       8      2       .      .      .         .       .
-o_lora_rank              .      .       1024   128     .      .      .         .       .
-index_n_heads            .      .       64     4       .      .      .         .       .
-index_head_dim           .      .       128    128     .      .      .         .       .
-hc_mult                  .      .       4      4       .      .      .         .       .
-num_hash_layers          .      .       3      1       .      .      .         .       .
-engram_layers            .      .       .      1,      .      .      .         .       .
-engram_rows              .      .       .      256     .      .      .         .       .
-engram_dim               .      .       .      128     .      .      .         .       .
-kv_heads                 .      .       .      .       16     4      2         2       2
-linear_k_heads           .      .       .      .       .      .      .         16      2
-linear_v_heads           .      .       .      .       .      .      .         64      4
-linear_k_dim             .      .       .      .       .      .      .         128     32
-linear_v_dim             .      .       .      .       .      .      .         128     32
-full_attention_interval  .      .       .      .       .      .      .         4       4
-shards                   163    .       46     .       8      16     .         94      .
+field                    v3     v3-tiny v4     v4-tiny qwen2  qwen3  qwen-tiny qwen3.5 qwen3.5-tiny moe1k  moe1k-tiny
+num_layers               61     4       43     4       24     48     3         60      4            80     4
+n_routed                 256    8       256    8       60     128    8         512     8            1024   32
+n_shared                 1      1       1      1       4      0      1         1       1            1      1
+top_k                    8      2       6      2       4      8      2         10      2            8      2
+hidden                   7168   256     4096   256     2048   2048   256       4096    256          7168   256
+moe_intermediate         2048   128     2048   128     1408   768    128       1024    128          1024   128
+intermediate             18432  512     .      .       5632   6144   512       .       .            18432  512
+first_dense              3      1       .      .       .      .      .         .       .            1      1
+vocab                    129280 512     129280 512     151936 151936 512       248320  512          163840 512
+heads                    128    4       64     4       16     32     4         32      4            128    4
+mtp_layers               1      1       1      1       0      0      0         0       0            0      0
+q_lora_rank              1536   128     1024   128     .      .      .         .       .            1536   128
+kv_lora_rank             512    512     .      .       .      .      .         .       .            512    512
+qk_nope                  128    64      .      .       .      .      .         .       .            128    64
+qk_rope                  64     64      64     32      .      .      .         .       .            64     64
+v_head                   128    64      .      .       .      .      .         .       .            128    64
+head_dim                 .      .       512    128     128    128    64        256     64           .      .
+o_groups                 .      .       8      2       .      .      .         .       .            .      .
+o_lora_rank              .      .       1024   128     .      .      .         .       .            .      .
+index_n_heads            .      .       64     4       .      .      .         .       .            .      .
+index_head_dim           .      .       128    128     .      .      .         .       .            .      .
+hc_mult                  .      .       4      4       .      .      .         .       .            .      .
+num_hash_layers          .      .       3      1       .      .      .         .       .            .      .
+engram_layers            .      .       .      1,      .      .      .         .       .            .      .
+engram_rows              .      .       .      256     .      .      .         .       .            .      .
+engram_dim               .      .       .      128     .      .      .         .       .            .      .
+kv_heads                 .      .       .      .       16     4      2         2       2            .      .
+linear_k_heads           .      .       .      .       .      .      .         16      2            .      .
+linear_v_heads           .      .       .      .       .      .      .         64      4            .      .
+linear_k_dim             .      .       .      .       .      .      .         128     32           .      .
+linear_v_dim             .      .       .      .       .      .      .         128     32           .      .
+full_attention_interval  .      .       .      .       .      .      .         4       4            .      .
+shards                   163    .       46     .       8      16     .         94      .            192    .
 """
 
 
@@ -174,6 +178,8 @@ QWEN3_MOE_FULL = _DIMS["qwen3"]
 QWEN_MOE_TINY = _DIMS["qwen-tiny"]
 QWEN3_5_MOE_FULL = _DIMS["qwen3.5"]
 QWEN3_5_MOE_TINY = _DIMS["qwen3.5-tiny"]
+MOE_1024X80_FULL = _DIMS["moe1k"]
+MOE_1024X80_TINY = _DIMS["moe1k-tiny"]
 
 #: the MLA sizes of the tiny DeepSeek-V3 model of the Quark producer fixtures
 #: (tests/fixtures/producer-headers): hidden 256, 4 heads, q_lora 64, kv_lora 32, rope 16,

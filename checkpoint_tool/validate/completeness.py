@@ -133,9 +133,14 @@ def _quant_section(ctx: ValidationContext) -> tuple[str, dict]:
     return "", {}
 
 
-def _pattern_matches(pattern: str, modules: Iterable[str]) -> bool:
+def _pattern_matches(pattern: str, modules: set[str]) -> bool:
     """True if ``pattern`` selects a module under vLLM's or the producer's name matching:
-    exact, glob, ``re:`` regex (``re.match``), or vLLM's "layer name is a substring of the key"."""
+    exact, glob, ``re:`` regex (``re.match``), or vLLM's "layer name is a substring of the key".
+
+    An exact name is looked up first: exclude lists name every attention module of a model
+    (hundreds of entries), and a scan of every module per entry grows with their product."""
+    if pattern in modules:
+        return True
     if pattern.startswith("re:"):
         try:
             rx = re.compile(pattern[3:])

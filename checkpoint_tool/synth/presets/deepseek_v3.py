@@ -13,13 +13,21 @@ Each builder decides, per linear, the producer's encoding, and writes the produc
   in-memory exports (no MTP layer, BF16 router bias, routers not listed in ``exclude``).
 - ``quark-hybrid``: Quark's file-to-file export of a DeepSeek FP8 source (FORMATS.md 3 and 5).
 - ``modelopt-nvfp4``: ModelOpt NVFP4 (``hf_quant_config.json``, ``input_scale``).
+- ``moe-1024x80-mxfp4``: ``quark-mxfp4`` on a scale model of 1024 experts x 80 layers
+  (``--sparse``: ~486k tensors, ~0.93 TB in 192 shards), for measuring how ckpt scales.
 """
 
 from __future__ import annotations
 
 from functools import partial
 
-from checkpoint_tool.synth.dims import DEEPSEEK_V3_FULL, DEEPSEEK_V3_TINY, Dims
+from checkpoint_tool.synth.dims import (
+    DEEPSEEK_V3_FULL,
+    DEEPSEEK_V3_TINY,
+    MOE_1024X80_FULL,
+    MOE_1024X80_TINY,
+    Dims,
+)
 from checkpoint_tool.synth.expand import expand
 from checkpoint_tool.synth.families.deepseek_v3 import deepseek_v3_config, deepseek_v3_items
 from checkpoint_tool.synth.layout import Linear, SynthLayout
@@ -232,6 +240,14 @@ DEEPSEEK_V3_PRESETS = [
         "Quark file2file hybrid: block-FP8 attention, MXFP4 experts, per-layer mixed shared",
         producer="quark",
         build=build_quark_hybrid,
+    ),
+    _spec(
+        "moe-1024x80-mxfp4",
+        "Quark MXFP4 as quark-mxfp4 on 1024 experts x 80 layers (--sparse: ~486k tensors)",
+        producer="quark",
+        build=partial(_quark_in_memory, encoding="quark_mxfp4", global_spec="mxfp4", attn="bf16"),
+        tiny=MOE_1024X80_TINY,
+        full=MOE_1024X80_FULL,
     ),
     _spec(
         "modelopt-nvfp4",
