@@ -104,18 +104,19 @@ def _read_serial(paths: list[Path]) -> dict[Path, Result]:
 
 
 def _records(paths: list[Path]) -> list[tuple]:
-    """The child's answer: one plain tuple per file, in order, the first error last."""
+    """The child's answer: one plain tuple per file (its columns pickle as buffers), in
+    order, the first error last."""
     records: list[tuple] = []
     for h in _read_serial(paths).values():
         if isinstance(h, InputError):
             records.append(("error", h.message, h.exit_code))
         else:
-            records.append((h.header_len, h.file_size, h.entries, h.metadata))
+            records.append((h.header_len, h.file_size, h.columns, h.metadata))
     return records
 
 
 def _header(path: Path, rec: tuple) -> Result:
     if rec[0] == "error":
         return InputError(rec[1], exit_code=rec[2])
-    header_len, file_size, entries, metadata = rec
-    return FileHeader(path, header_len, file_size, entries, metadata)
+    header_len, file_size, columns, metadata = rec
+    return FileHeader(path, header_len, file_size, columns, metadata)
