@@ -157,8 +157,8 @@ class HeaderColumns(NamedTuple):
 
     ``names=['a.weight', 'a.bias']``, ``dtypes=bytes([DTYPE_CODES['BF16']] * 2)``,
     ``ranks=bytes([2, 1])``, ``dims=array('q', [8, 64, 8])``, ``begins=array('q', [80, 1104])``,
-    ``ends=array('q', [1104, 1120])`` (absolute offsets). Plain ``bytes`` and ``array``: they
-    pickle as buffers (the forked header reader's answer) and need no numpy import.
+    ``ends=array('q', [1104, 1120])`` (absolute offsets). Plain ``bytes`` and ``array``: the
+    forked header reader sends them as raw bytes, and they need no numpy import.
     """
 
     names: list[str]

@@ -131,6 +131,11 @@ class TensorTable:
                 ),
             )
 
+    def nbytes(self, name: str) -> int:
+        """Bytes of the tensor called ``name`` (``KeyError`` when there is none)."""
+        row = self.rows[name]
+        return self.ends[row] - self.begins[row]
+
     # -- bulk ---------------------------------------------------------------------------
 
     def rows_of_file(self, file: str) -> Sequence[int]:

@@ -106,8 +106,9 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
             out.dropped.append(DroppedTensor(name=name, rule=drop[0], reason=drop[1]))
             continue
         part = experts_get(name)
+        entry = tensors[name]  # one record per source tensor, made here (a table row)
         if part is None or (aligned and part.kind == "routed" and not part.fused_3d):
-            placed = _kept(rename, name, resolved[name], tensors[name])
+            placed = _kept(rename, name, resolved[name], entry)
         else:
             placed = _place(inputs, name, part, cutter)
         for renamed, placement in placed:
@@ -123,7 +124,7 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
                     "in a recipe file (--recipe PATH)"
                 )
             sources[renamed.name] = (name, renamed)
-            _record(inputs, out, name, renamed, placement, part, ops_cache)
+            _record(inputs, out, entry, renamed, placement, part, ops_cache)
     if unmatched:
         raise InputError(
             f"{inputs.catalog.root}: {len(unmatched)} tensor(s) match no rule of recipe "
@@ -254,13 +255,13 @@ class _Cutter:
 def _record(
     inputs: PlanInputs,
     out: Planned,
-    source: str,
+    entry: TensorEntry,
     renamed: Renamed,
     placement: Placement,
     part: ExpertPart | None,
     ops_cache: dict[tuple, tuple[str, ...]],
 ) -> None:
-    entry = inputs.catalog.tensors[source]
+    source = entry.name
     name = renamed.name
     assert name is not None
     if name != source:
