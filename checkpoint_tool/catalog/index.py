@@ -74,7 +74,7 @@ def check_index_matches(root: Path | Where, index: dict, cat: Catalog) -> None:
     """The index and the shard headers name the same tensors in the same files; then the
     index's ``weight_map`` shares its strings with the catalog's table."""
     weight_map: dict[str, str] = index["weight_map"]
-    bad = cat.table.index_mismatch(weight_map)
+    bad, shared = cat.table.match_index(weight_map)
     if bad is not None:
         name, stored = bad
         rel = weight_map[name]
@@ -88,7 +88,7 @@ def check_index_matches(root: Path | Where, index: dict, cat: Catalog) -> None:
             f"{stored}; the index is stale"
         )
     if len(cat.tensors) == len(weight_map):  # every indexed name is in the catalog: the same set
-        index["weight_map"] = cat.table.shared_weight_map(weight_map)
+        index["weight_map"] = shared
         return
     extra = sorted(set(cat.tensors) - set(weight_map))
     if extra:

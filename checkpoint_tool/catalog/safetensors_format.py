@@ -24,7 +24,8 @@ from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import pairwise
+from itertools import chain, islice
+from operator import eq, itemgetter, lt
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -290,35 +291,42 @@ def _parse_entries(
     passes a few plain type checks (``_well_formed``); anything else goes through
     ``_parse_entry``, which accepts it the same way or raises the precise error.
     """
-    names: list[str] = []
-    dtypes, ranks = bytearray(), bytearray()
-    dims, begins, ends = array("q"), array("q"), array("q")
-    codes = DTYPE_CODES
+    entries: list[tuple[str, str, list[int], int, int]] = []
+    append = entries.append
     for name, info in doc.items():
         fields = _well_formed(info, data_len)
         if fields is None:
             t = _parse_entry(path, name, info, data_start, data_len)
-            dtype, shape, begin, end = t.dtype, list(t.shape), t.begin, t.end
+            append((name, t.dtype, list(t.shape), t.begin, t.end))
         else:
             dtype, shape, begin, end = fields
-            begin, end = data_start + begin, data_start + end
-        if len(shape) > 255:
-            raise InputError(
-                f"{path}: tensor {name!r}: shape has {len(shape)} dims; ckpt reads at most 255"
-            )
-        names.append(name)
-        dtypes.append(codes[dtype])
-        ranks.append(len(shape))
-        dims.extend(shape)
-        begins.append(begin)
-        ends.append(end)
-    columns = HeaderColumns(names, bytes(dtypes), bytes(ranks), dims, begins, ends)
-    spans = sorted((b, e) for b, e in zip(begins, ends, strict=True) if e > b)
-    if any(here[0] < prev[1] for prev, here in pairwise(spans)):
+            append((name, dtype, shape, data_start + begin, data_start + end))
+    if not entries:
+        return HeaderColumns([], b"", b"", array("q"), array("q"), array("q"))
+    # transposed at C speed; the per-entry tuples live only until this header is done
+    names, dtypes, shapes, begins, ends = zip(*entries, strict=True)
+    try:
+        ranks = bytes(map(len, shapes))
+    except ValueError:  # a rank over 255
+        name = next(n for n, sh in zip(names, shapes, strict=True) if len(sh) > 255)
+        raise InputError(f"{path}: tensor {name!r}: shape has too many dims for ckpt") from None
+    columns = HeaderColumns(
+        list(names),
+        bytes(map(DTYPE_CODES.__getitem__, dtypes)),
+        ranks,
+        array("q", chain.from_iterable(shapes)),
+        array("q", begins),
+        array("q", ends),
+    )
+    spans = sorted(zip(begins, ends, strict=True))
+    if any(map(eq, begins, ends)):  # empty tensors overlap nothing
+        spans = [sp for sp in spans if sp[1] > sp[0]]
+    if any(map(lt, islice(map(itemgetter(0), spans), 1, None), map(itemgetter(1), spans))):
         # raises, naming the two tensors
         file = _file_name(path)
-        entries = columns.entries()
-        _check_no_overlap(path, {name: TensorEntry(name, file, *rest) for name, *rest in entries})
+        _check_no_overlap(
+            path, {name: TensorEntry(name, file, *rest) for name, *rest in columns.entries()}
+        )
     return columns
 
 

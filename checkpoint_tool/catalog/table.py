@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from array import array
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, Sequence, ValuesView
-from itertools import accumulate, groupby, islice
+from itertools import accumulate, groupby, islice, pairwise
 from operator import attrgetter
 from typing import Any
 
@@ -138,6 +138,17 @@ class TensorTable:
 
     # -- bulk ---------------------------------------------------------------------------
 
+    def shapes(self) -> Iterator[tuple[int, ...]]:
+        """Every row's shape, in order."""
+        dims = self.dims
+        return (tuple(dims[a:b]) for a, b in pairwise(self.shape_off))
+
+    def name_dtype_shape(self) -> Iterator[tuple[str, str, tuple[int, ...]]]:
+        """``(name, dtype, shape)`` of every row, in order (no records made)."""
+        return zip(
+            self.names, map(DTYPE_NAMES.__getitem__, self.dtypes), self.shapes(), strict=True
+        )
+
     def rows_of_file(self, file: str) -> Sequence[int]:
         """The rows of one shard in order (one ``range`` for an opened checkpoint, whose
         shards are added one by one); empty for a file without any."""
@@ -148,31 +159,34 @@ class TensorTable:
         """Names ``pattern.search`` accepts, in row order."""
         return list(filter(pattern.search, self.names))
 
-    def index_mismatch(self, weight_map: Mapping[str, str]) -> tuple[str, str | None] | None:
-        """The first ``(name, stored file or None)`` where ``weight_map`` (an index's
-        name -> file) disagrees with the rows; None when every name is stored where listed."""
+    def match_index(
+        self, weight_map: Mapping[str, str]
+    ) -> tuple[tuple[str, str | None] | None, dict[str, str]]:
+        """Hold an index's ``weight_map`` (name -> file) against the rows.
+
+        Returns the first ``(name, stored file or None)`` where they disagree (and ``{}``), or
+        ``None`` and the same map again with the table's own name and file strings (an index
+        kept next to the table then costs a dict, not two more strings per tensor).
+        """
         get = self.rows.get
         rows = list(map(get, weight_map))
         if None not in rows:
             where = {f: i for i, f in enumerate(self.files)}
-            listed = array("i", (where.get(rel, -1) for rel in weight_map.values()))
+            try:
+                listed = array("i", map(where.__getitem__, weight_map.values()))
+            except KeyError:  # a file without tensors
+                listed = array("i")
             if array("i", map(self.file_of.__getitem__, rows)) == listed:  # type: ignore[arg-type]
-                return None
+                files = map(self.files.__getitem__, listed)
+                names = map(self.names.__getitem__, rows)  # type: ignore[arg-type]
+                return None, dict(zip(names, files, strict=True))
         for name, rel in weight_map.items():
             row = get(name)
             if row is None:
-                return name, None
+                return (name, None), {}
             if self.files[self.file_of[row]] != rel:
-                return name, self.files[self.file_of[row]]
-        return None
-
-    def shared_weight_map(self, weight_map: Mapping[str, str]) -> dict[str, str]:
-        """``weight_map`` (which ``index_mismatch`` found in agreement) again, its names and
-        file names the objects the table holds: the index costs a dict, not two strings more
-        per tensor."""
-        files = {f: f for f in self.files}
-        names = map(self.names.__getitem__, map(self.rows.__getitem__, weight_map))
-        return dict(zip(names, map(files.__getitem__, weight_map.values()), strict=True))
+                return (name, self.files[self.file_of[row]]), {}
+        raise AssertionError("unreachable: a mismatch was found above")
 
     def total_bytes(self) -> int:
         """Bytes of tensor data over all rows."""
