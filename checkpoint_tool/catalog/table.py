@@ -2,16 +2,19 @@
 
 A DeepSeek-R1 catalog has ~92k tensors. Held as ``TensorEntry`` tuples each costs a tuple, a
 shape tuple and four or more int objects (~0.4 KiB with its dict slot); here a row is a few
-bytes in flat arrays, and ``TensorEntry`` records are made on demand, never held:
+bytes in flat arrays, and ``TensorEntry`` records are made on demand, never held. The
+columns (private: callers use the methods, e.g. ``rows_of_file``, ``names_matching``,
+``name_dtype_shape``, ``total_bytes``, ``match_index``):
 
-- ``names``: the names (str) by row, and ``rows`` name -> row (the lookup dict shares the str
-  objects; measured cheaper than a bytes blob that every full pass would decode again);
-- ``dtypes``: one byte per row, a code into ``DTYPE_NAMES``;
-- shapes, ragged: ``shape_off`` (rows + 1 offsets) into the flat ``dims``;
-- ``file_of``: int32 index into ``files``; ``begins``/``ends``: int64 absolute offsets.
+- ``_names``: the names (str) by row, and ``_rows`` name -> row (the lookup dict shares the
+  str objects; a bytes blob of names would save ~100 B per tensor but every full pass by
+  name, which most callers make, would decode it again);
+- ``_dtypes``: one byte per row, a code into ``DTYPE_NAMES``;
+- shapes, ragged: ``_shape_off`` (rows + 1 offsets) into the flat ``_dims``;
+- ``_file_of``: int32 index into ``files``; ``_begins``/``_ends``: int64 absolute offsets.
 
 The columns are stdlib ``array``/``bytes`` (no numpy import for header-only commands);
-``numpy.frombuffer`` views them without a copy where a caller wants vector maths.
+``numpy.frombuffer`` can view them without a copy should a caller want vector maths.
 
 Example::
 
@@ -49,45 +52,45 @@ class TensorTable:
 
     def __init__(self) -> None:
         self.files: list[str] = []
-        self.names: list[str] = []
-        self.rows: dict[str, int] = {}
-        self.dtypes = bytearray()
-        self.shape_off = array("q", [0])
-        self.dims = array("q")
-        self.file_of = array("i")
-        self.begins = array("q")
-        self.ends = array("q")
+        self._names: list[str] = []
+        self._rows: dict[str, int] = {}
+        self._dtypes = bytearray()
+        self._shape_off = array("q", [0])
+        self._dims = array("q")
+        self._file_of = array("i")
+        self._begins = array("q")
+        self._ends = array("q")
         self._file_runs: dict[str, list[range]] = {}
 
     def __len__(self) -> int:
-        return len(self.names)
+        return len(self._names)
 
     def add_file(self, file: str, cols: HeaderColumns, *, where: object) -> None:
         """Append one shard's header columns (or another run of rows of a file already
         added); a name already present is an ``InputError`` (``where`` is the catalog's
         folder or label, for the message)."""
-        rows = self.rows
+        rows = self._rows
         if not rows.keys().isdisjoint(cols.names):
             name = next(name for name in cols.names if name in rows)
             raise InputError(
                 f"{where}/{file}: tensor {name!r} also appears in "
-                f"{self.files[self.file_of[rows[name]]]}; "
+                f"{self.files[self._file_of[rows[name]]]}; "
                 "duplicate tensors across shards: remove the stale shard"
             )
-        start, n = len(self.names), len(cols.names)
+        start, n = len(self._names), len(cols.names)
         runs = self._file_runs.get(file)
         if runs is None:
             runs = self._file_runs[file] = []
             self.files.append(file)
         runs.append(range(start, start + n))
-        self.names.extend(cols.names)
+        self._names.extend(cols.names)
         rows.update(zip(cols.names, range(start, start + n), strict=True))
-        self.dtypes += cols.dtypes
-        self.shape_off.extend(islice(accumulate(cols.ranks, initial=self.shape_off[-1]), 1, None))
-        self.dims.extend(cols.dims)
-        self.file_of.extend(array("i", [self.files.index(file)]) * n)
-        self.begins.extend(cols.begins)
-        self.ends.extend(cols.ends)
+        self._dtypes += cols.dtypes
+        self._shape_off.extend(islice(accumulate(cols.ranks, initial=self._shape_off[-1]), 1, None))
+        self._dims.extend(cols.dims)
+        self._file_of.extend(array("i", [self.files.index(file)]) * n)
+        self._begins.extend(cols.begins)
+        self._ends.extend(cols.ends)
 
     @classmethod
     def from_entries(cls, entries: Iterable[TensorEntry]) -> TensorTable:
@@ -101,23 +104,23 @@ class TensorTable:
 
     def entry(self, row: int) -> TensorEntry:
         """The record of ``row`` (made now, not kept)."""
-        a, b = self.shape_off[row], self.shape_off[row + 1]
+        a, b = self._shape_off[row], self._shape_off[row + 1]
         return _new(
             TensorEntry,
             (
-                self.names[row],
-                self.files[self.file_of[row]],
-                DTYPE_NAMES[self.dtypes[row]],
-                tuple(self.dims[a:b]),
-                self.begins[row],
-                self.ends[row],
+                self._names[row],
+                self.files[self._file_of[row]],
+                DTYPE_NAMES[self._dtypes[row]],
+                tuple(self._dims[a:b]),
+                self._begins[row],
+                self._ends[row],
             ),
         )
 
     def entries(self, rows: Iterable[int] | None = None) -> Iterator[TensorEntry]:
         """Records of ``rows`` (default: all, in order), made one at a time."""
-        names, files, file_of, dtypes = self.names, self.files, self.file_of, self.dtypes
-        off, dims, begins, ends = self.shape_off, self.dims, self.begins, self.ends
+        names, files, file_of, dtypes = self._names, self.files, self._file_of, self._dtypes
+        off, dims, begins, ends = self._shape_off, self._dims, self._begins, self._ends
         for r in range(len(names)) if rows is None else rows:
             yield _new(
                 TensorEntry,
@@ -133,20 +136,20 @@ class TensorTable:
 
     def nbytes(self, name: str) -> int:
         """Bytes of the tensor called ``name`` (``KeyError`` when there is none)."""
-        row = self.rows[name]
-        return self.ends[row] - self.begins[row]
+        row = self._rows[name]
+        return self._ends[row] - self._begins[row]
 
     # -- bulk ---------------------------------------------------------------------------
 
     def shapes(self) -> Iterator[tuple[int, ...]]:
         """Every row's shape, in order."""
-        dims = self.dims
-        return (tuple(dims[a:b]) for a, b in pairwise(self.shape_off))
+        dims = self._dims
+        return (tuple(dims[a:b]) for a, b in pairwise(self._shape_off))
 
     def name_dtype_shape(self) -> Iterator[tuple[str, str, tuple[int, ...]]]:
         """``(name, dtype, shape)`` of every row, in order (no records made)."""
         return zip(
-            self.names, map(DTYPE_NAMES.__getitem__, self.dtypes), self.shapes(), strict=True
+            self._names, map(DTYPE_NAMES.__getitem__, self._dtypes), self.shapes(), strict=True
         )
 
     def rows_of_file(self, file: str) -> Sequence[int]:
@@ -157,7 +160,7 @@ class TensorTable:
 
     def names_matching(self, pattern: re.Pattern[str]) -> list[str]:
         """Names ``pattern.search`` accepts, in row order."""
-        return list(filter(pattern.search, self.names))
+        return list(filter(pattern.search, self._names))
 
     def match_index(
         self, weight_map: Mapping[str, str]
@@ -168,7 +171,7 @@ class TensorTable:
         ``None`` and the same map again with the table's own name and file strings (an index
         kept next to the table then costs a dict, not two more strings per tensor).
         """
-        get = self.rows.get
+        get = self._rows.get
         rows = list(map(get, weight_map))
         if None not in rows:
             where = {f: i for i, f in enumerate(self.files)}
@@ -176,21 +179,21 @@ class TensorTable:
                 listed = array("i", map(where.__getitem__, weight_map.values()))
             except KeyError:  # a file without tensors
                 listed = array("i")
-            if array("i", map(self.file_of.__getitem__, rows)) == listed:  # type: ignore[arg-type]
+            if array("i", map(self._file_of.__getitem__, rows)) == listed:  # type: ignore[arg-type]
                 files = map(self.files.__getitem__, listed)
-                names = map(self.names.__getitem__, rows)  # type: ignore[arg-type]
+                names = map(self._names.__getitem__, rows)  # type: ignore[arg-type]
                 return None, dict(zip(names, files, strict=True))
         for name, rel in weight_map.items():
             row = get(name)
             if row is None:
                 return (name, None), {}
-            if self.files[self.file_of[row]] != rel:
-                return (name, self.files[self.file_of[row]]), {}
+            if self.files[self._file_of[row]] != rel:
+                return (name, self.files[self._file_of[row]]), {}
         raise AssertionError("unreachable: a mismatch was found above")
 
     def total_bytes(self) -> int:
         """Bytes of tensor data over all rows."""
-        return sum(self.ends) - sum(self.begins)
+        return sum(self._ends) - sum(self._begins)
 
 
 class TableTensors(Mapping[str, TensorEntry]):
@@ -204,26 +207,26 @@ class TableTensors(Mapping[str, TensorEntry]):
 
     def __getitem__(self, name: str) -> TensorEntry:
         table = self.table
-        return table.entry(table.rows[name])
+        return table.entry(table._rows[name])
 
     def get(self, name: str, default: Any = None) -> Any:
-        row = self.table.rows.get(name)
+        row = self.table._rows.get(name)
         return default if row is None else self.table.entry(row)
 
     def __contains__(self, name: object) -> bool:
-        return name in self.table.rows
+        return name in self.table._rows
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.table.names)
+        return iter(self.table._names)
 
     def __reversed__(self) -> Iterator[str]:
-        return reversed(self.table.names)
+        return reversed(self.table._names)
 
     def __len__(self) -> int:
-        return len(self.table.names)
+        return len(self.table._names)
 
     def keys(self) -> Any:
-        return self.table.rows.keys()
+        return self.table._rows.keys()
 
     def values(self) -> Any:
         return _ValuesView(self)
