@@ -110,7 +110,7 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
         if part is None or (aligned and part.kind == "routed" and not part.fused_3d):
             placed = _kept(rename, name, resolved[name], entry)
         else:
-            placed = _place(inputs, name, part, cutter)
+            placed = _place(inputs, entry, part, cutter)
         for renamed, placement in placed:
             if not renamed.matched:
                 unmatched.append(name)
@@ -146,10 +146,12 @@ def _kept(
     return [(renamed, keep(entry))]
 
 
-def _place(inputs: PlanInputs, name: str, part: ExpertPart, cutter: _Cutter) -> list[Placed]:
-    """Which kind applies to expert tensor ``name``, its placement(s), and the name(s) they
+def _place(
+    inputs: PlanInputs, entry: TensorEntry, part: ExpertPart, cutter: _Cutter
+) -> list[Placed]:
+    """Which kind applies to expert tensor ``entry``, its placement(s), and the name(s) they
     are written as (a tensor of no expert is a ``keep``, decided by the caller)."""
-    entry = inputs.catalog.tensors[name]
+    name = entry.name
     rt = cutter.resolved[name]
     is_scale = rt.role == "scale"
     rename = partial(inputs.rules.rename, scheme=rt.scheme, drop_checked=True)
@@ -228,7 +230,8 @@ class _Cutter:
                 f"{self.inputs.catalog.root}: tensor {entry.name!r} belongs to expert module "
                 f"{rt.module!r}, which has no weight tensor; the checkpoint is incomplete"
             )
-        w_entry = self.tensors[weight]
+        # the weight's record: this one, or made from the table (the scales of a module)
+        w_entry = entry if weight == entry.name else self.tensors[weight]
         scheme = self.resolved[weight].scheme
         if scheme is not self.scheme or self.codec is None:
             self.scheme, self.codec = scheme, self.inputs.codec(scheme)
