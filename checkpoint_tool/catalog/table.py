@@ -4,7 +4,7 @@ A DeepSeek-R1 catalog has ~92k tensors. Held as ``TensorEntry`` tuples each cost
 shape tuple and four or more int objects (~0.4 KiB with its dict slot); here a row is a few
 bytes in flat arrays, and ``TensorEntry`` records are made on demand, never held. The
 columns (private: callers use the methods, e.g. ``rows_of_file``, ``names_matching``,
-``name_dtype_shape``, ``total_bytes``, ``match_index``):
+``name_dtype_shape``, ``entries_by_name``, ``total_bytes``, ``match_index``):
 
 - ``_names``: the names (str) by row, and ``_rows`` name -> row (the lookup dict shares the
   str objects; a bytes blob of names would save ~100 B per tensor but every full pass by
@@ -133,6 +133,11 @@ class TensorTable:
                     ends[r],
                 ),
             )
+
+    def entries_by_name(self) -> Iterator[TensorEntry]:
+        """Records of every row in name order (``sorted`` of the names), made one at a time:
+        a pass over all tensors by name without a name lookup per tensor."""
+        return self.entries(sorted(range(len(self._names)), key=self._names.__getitem__))
 
     def nbytes(self, name: str) -> int:
         """Bytes of the tensor called ``name`` (``KeyError`` when there is none)."""

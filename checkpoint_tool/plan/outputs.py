@@ -90,11 +90,12 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
     cutter = _Cutter(inputs)
     ops_cache: dict[tuple, tuple[str, ...]] = {}
     experts_get = inputs.experts.get
-    tensors = inputs.catalog.tensors
     resolved = inputs.resolved.tensors
     rename = rules.rename
     aligned = not inputs.geometry.pads
-    for name in sorted(tensors):
+    # one record per source tensor, made here from the table in name order
+    for entry in inputs.catalog.table.entries_by_name():
+        name = entry.name
         if wanted is not None and layer_of(name) not in wanted:
             where = ",".join(map(str, sorted(wanted)))
             out.dropped.append(
@@ -106,7 +107,6 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
             out.dropped.append(DroppedTensor(name=name, rule=drop[0], reason=drop[1]))
             continue
         part = experts_get(name)
-        entry = tensors[name]  # one record per source tensor, made here (a table row)
         if part is None or (aligned and part.kind == "routed" and not part.fused_3d):
             placed = _kept(rename, name, resolved[name], entry)
         else:

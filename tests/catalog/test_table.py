@@ -59,6 +59,9 @@ def test_bulk_methods_agree_with_the_records(opened):
     assert table.total_bytes() == sum(e.nbytes for e in cat.tensors.values())
     pat = re.compile(r"\.experts\.\d+\.down_proj\.")
     assert table.names_matching(pat) == [n for n in cat.tensors if pat.search(n)]
+    by_name = list(table.entries_by_name())
+    assert by_name == [cat.tensors[n] for n in sorted(cat.tensors)]
+    assert [e.name for e in by_name] != list(cat.tensors)  # file order is not name order here
 
 
 def test_from_entries_round_trips_and_plain_mappings_get_a_table(opened):
