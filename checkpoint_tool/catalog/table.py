@@ -137,7 +137,7 @@ class TensorTable:
     def entries_by_name(self) -> Iterator[TensorEntry]:
         """Records of every row in name order (``sorted`` of the names), made one at a time:
         a pass over all tensors by name without a name lookup per tensor."""
-        return self.entries(sorted(range(len(self._names)), key=self._names.__getitem__))
+        return self.entries(map(self._rows.__getitem__, sorted(self._names)))
 
     def nbytes(self, name: str) -> int:
         """Bytes of the tensor called ``name`` (``KeyError`` when there is none)."""
