@@ -20,10 +20,11 @@ Example::
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable
 from pathlib import Path
 
-from checkpoint_tool.catalog.safetensors_format import FileHeader, read_header
+from checkpoint_tool.catalog.safetensors_format import FileHeader, HeaderColumns, read_header
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.forked import Forked, can_fork
 
@@ -104,18 +105,30 @@ def _read_serial(paths: list[Path]) -> dict[Path, Result]:
 
 
 def _records(paths: list[Path]) -> list[tuple]:
-    """The child's answer: one plain tuple per file, in order, the first error last."""
+    """The child's answer: one plain tuple per file (its columns as bytes), in
+    order, the first error last."""
     records: list[tuple] = []
     for h in _read_serial(paths).values():
         if isinstance(h, InputError):
             records.append(("error", h.message, h.exit_code))
         else:
-            records.append((h.header_len, h.file_size, h.entries, h.metadata))
+            records.append((h.header_len, h.file_size, _plain(h.columns), h.metadata))
     return records
 
 
 def _header(path: Path, rec: tuple) -> Result:
     if rec[0] == "error":
         return InputError(rec[1], exit_code=rec[2])
-    header_len, file_size, entries, metadata = rec
-    return FileHeader(path, header_len, file_size, entries, metadata)
+    header_len, file_size, columns, metadata = rec
+    return FileHeader(path, header_len, file_size, _columns(columns), metadata)
+
+
+def _plain(c: HeaderColumns) -> tuple:
+    """``c`` as ``marshal`` sends it: the int64 columns as their raw bytes."""
+    return (c.names, c.dtypes, c.ranks, c.dims.tobytes(), c.begins.tobytes(), c.ends.tobytes())
+
+
+def _columns(plain: tuple) -> HeaderColumns:
+    names, dtypes, ranks, *raw = plain
+    dims, begins, ends = (array("q", r) for r in raw)  # from bytes: one copy, no parsing
+    return HeaderColumns(names, dtypes, ranks, dims, begins, ends)

@@ -71,22 +71,25 @@ def files_from_index(
 
 
 def check_index_matches(root: Path | Where, index: dict, cat: Catalog) -> None:
-    """The index and the shard headers name the same tensors in the same files."""
+    """The index and the shard headers name the same tensors in the same files; then the
+    index's ``weight_map`` shares its strings with the catalog's table."""
     weight_map: dict[str, str] = index["weight_map"]
-    for name, rel in weight_map.items():
-        entry = cat.tensors.get(name)
-        if entry is None:
+    bad, shared = cat.table.match_index(weight_map)
+    if bad is not None:
+        name, stored = bad
+        rel = weight_map[name]
+        if stored is None:
             raise InputError(
                 f"{root / rel}: tensor {name!r} is listed in {INDEX_NAME} but not in the shard; "
                 "the index and shards disagree, re-download them"
             )
-        if entry.file != rel:
-            raise InputError(
-                f"{root / INDEX_NAME}: tensor {name!r} is indexed in {rel} but stored in "
-                f"{entry.file}; the index is stale"
-            )
-    if len(cat.tensors) == len(weight_map):
-        return  # every indexed name is in the catalog (checked above): the same set
+        raise InputError(
+            f"{root / INDEX_NAME}: tensor {name!r} is indexed in {rel} but stored in "
+            f"{stored}; the index is stale"
+        )
+    if len(cat.tensors) == len(weight_map):  # every indexed name is in the catalog: the same set
+        index["weight_map"] = shared
+        return
     extra = sorted(set(cat.tensors) - set(weight_map))
     if extra:
         e = cat.tensors[extra[0]]

@@ -20,10 +20,12 @@ import json
 import math
 import os
 import struct
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import pairwise
+from itertools import chain, islice
+from operator import eq, itemgetter, lt
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -53,6 +55,10 @@ DTYPE_BITS: dict[str, int] = {
     "F6_E3M2": 6,
     "C64": 64,
 }
+
+#: the dtypes by small-int code (a header's and a catalog's ``dtypes`` columns hold codes)
+DTYPE_NAMES: tuple[str, ...] = tuple(DTYPE_BITS)
+DTYPE_CODES: dict[str, int] = {name: code for code, name in enumerate(DTYPE_NAMES)}
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -147,18 +153,46 @@ TensorHeader = TensorEntry
 HeaderEntry = tuple[str, str, tuple[int, ...], int, int]
 
 
+class HeaderColumns(NamedTuple):
+    """A header's entries as columns, in header order (no per-tensor objects but the names).
+
+    ``names=['a.weight', 'a.bias']``, ``dtypes=bytes([DTYPE_CODES['BF16']] * 2)``,
+    ``ranks=bytes([2, 1])``, ``dims=array('q', [8, 64, 8])``, ``begins=array('q', [80, 1104])``,
+    ``ends=array('q', [1104, 1120])`` (absolute offsets). Plain ``bytes`` and ``array``: the
+    forked header reader sends them as raw bytes, and they need no numpy import.
+    """
+
+    names: list[str]
+    dtypes: bytes
+    ranks: bytes
+    dims: array
+    begins: array
+    ends: array
+
+    def entries(self) -> tuple[HeaderEntry, ...]:
+        """The same entries as ``(name, dtype, shape, begin, end)`` tuples."""
+        out: list[HeaderEntry] = []
+        dims, pos = self.dims, 0
+        for name, code, rank, begin, end in zip(
+            self.names, self.dtypes, self.ranks, self.begins, self.ends, strict=True
+        ):
+            out.append((name, DTYPE_NAMES[code], tuple(dims[pos : pos + rank]), begin, end))
+            pos += rank
+        return tuple(out)
+
+
 @dataclass(frozen=True)
 class FileHeader:
     """A parsed, validated safetensors header.
 
-    ``entries`` are plain tuples in header order; ``tensors`` (name -> ``TensorEntry``) is
-    built from them on first use (the catalog reads ``entries`` directly: ~92k per R1).
+    ``columns`` hold the entries (the catalog copies them into its table); ``entries``
+    (tuples) and ``tensors`` (name -> ``TensorEntry``) are built from them on first use.
     """
 
     path: Path
     header_len: int
     file_size: int
-    entries: tuple[HeaderEntry, ...]
+    columns: HeaderColumns
     metadata: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -169,6 +203,10 @@ class FileHeader:
     def file(self) -> str:
         """The file's name (``path`` may be a remote label)."""
         return _file_name(self.path)
+
+    @cached_property
+    def entries(self) -> tuple[HeaderEntry, ...]:
+        return self.columns.entries()
 
     @cached_property
     def tensors(self) -> dict[str, TensorEntry]:
@@ -234,47 +272,65 @@ def parse_header(path: Path | str, header_len: int, raw: bytes, file_size: int) 
     if not isinstance(metadata, dict):
         raise InputError(f"{path}: __metadata__ is not an object; the shard is corrupt")
     data_start = 8 + header_len
-    entries = _parse_entries(path, doc, data_start, file_size - data_start)
+    columns = _parse_entries(path, doc, data_start, file_size - data_start)
     return FileHeader(
         path,  # type: ignore[arg-type]  # a str label for a remote file
         header_len,
         file_size,
-        entries,
+        columns,
         {str(k): str(v) for k, v in metadata.items()},
     )
 
 
 def _parse_entries(
     path: Path, doc: dict[str, object], data_start: int, data_len: int
-) -> tuple[HeaderEntry, ...]:
+) -> HeaderColumns:
     """Every entry of a header, checked as ``_parse_entry`` checks it, and no overlaps.
 
     A header holds hundreds of entries (~92k over a DeepSeek-R1 checkpoint): a well-formed one
     passes a few plain type checks (``_well_formed``); anything else goes through
     ``_parse_entry``, which accepts it the same way or raises the precise error.
     """
-    entries: list[HeaderEntry] = []
-    spans: list[tuple[int, int]] = []
+    entries: list[tuple[str, str, list[int], int, int]] = []
+    append = entries.append
     for name, info in doc.items():
         fields = _well_formed(info, data_len)
         if fields is None:
             t = _parse_entry(path, name, info, data_start, data_len)
-            dtype, shape, begin, end = t.dtype, t.shape, t.begin, t.end
+            append((name, t.dtype, list(t.shape), t.begin, t.end))
         else:
             dtype, shape, begin, end = fields
-            begin, end = data_start + begin, data_start + end
-        entries.append((name, dtype, shape, begin, end))
-        if end > begin:
-            spans.append((begin, end))
-    spans.sort()
-    if any(here[0] < prev[1] for prev, here in pairwise(spans)):
+            append((name, dtype, shape, data_start + begin, data_start + end))
+    if not entries:
+        return HeaderColumns([], b"", b"", array("q"), array("q"), array("q"))
+    # transposed at C speed; the per-entry tuples live only until this header is done
+    names, dtypes, shapes, begins, ends = zip(*entries, strict=True)
+    try:
+        ranks = bytes(map(len, shapes))
+    except ValueError:  # a rank over 255
+        name = next(n for n, sh in zip(names, shapes, strict=True) if len(sh) > 255)
+        raise InputError(f"{path}: tensor {name!r}: shape has too many dims for ckpt") from None
+    columns = HeaderColumns(
+        list(names),
+        bytes(map(DTYPE_CODES.__getitem__, dtypes)),
+        ranks,
+        array("q", chain.from_iterable(shapes)),
+        array("q", begins),
+        array("q", ends),
+    )
+    spans = sorted(zip(begins, ends, strict=True))
+    if any(map(eq, begins, ends)):  # empty tensors overlap nothing
+        spans = [sp for sp in spans if sp[1] > sp[0]]
+    if any(map(lt, islice(map(itemgetter(0), spans), 1, None), map(itemgetter(1), spans))):
         # raises, naming the two tensors
         file = _file_name(path)
-        _check_no_overlap(path, {name: TensorEntry(name, file, *rest) for name, *rest in entries})
-    return tuple(entries)
+        _check_no_overlap(
+            path, {name: TensorEntry(name, file, *rest) for name, *rest in columns.entries()}
+        )
+    return columns
 
 
-def _well_formed(info: Any, data_len: int) -> tuple[str, tuple[int, ...], int, int] | None:
+def _well_formed(info: Any, data_len: int) -> tuple[str, list[int], int, int] | None:
     """``(dtype, shape, begin, end)`` of an entry that is plainly valid, else None.
 
     Accepts a subset of what ``_parse_entry`` accepts (exact ``int``s, no ``bool``), with the
@@ -296,7 +352,7 @@ def _well_formed(info: Any, data_len: int) -> tuple[str, tuple[int, ...], int, i
         count *= d
     if end - begin != (bits * count + 7) // 8:
         return None
-    return dtype, tuple(shape), begin, end
+    return dtype, shape, begin, end
 
 
 def _parse_entry(

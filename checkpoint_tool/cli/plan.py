@@ -61,6 +61,6 @@ def register(app: typer.Typer) -> None:
         fmt: FormatOpt = "human",
     ) -> None:
         requant = RequantRequest.parse(requantize_shared, requantize_layers, max_error)
-        _, plan = session.open_plan(src, session.plan_options(ctx), recipe=recipe, requant=requant)
+        plan = session.open_plan(src, session.plan_options(ctx), recipe=recipe, requant=requant)[1]
         with session.paused_gc():  # ~10^6 live plan objects: no collector walks while 60 MB are written
             emit(plan, fmt, human=render_plan)

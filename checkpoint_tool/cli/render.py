@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
-from checkpoint_tool.execute.progress import human_bytes
 from checkpoint_tool.plan.build import serve_settings, target_of
 
 if TYPE_CHECKING:
@@ -155,6 +154,8 @@ def render_target(plan: Plan, console: Console) -> None:
 
 def render_convert(report: ConvertReport, console: Console) -> None:
     """``converted DST: N file(s) written (...)`` and the tensor / manifest line."""
+    from checkpoint_tool.execute.progress import human_bytes  # the convert path only
+
     rate = report.bytes_written / report.seconds if report.seconds else 0.0
     console.print(
         f"[bold green]converted[/] {report.dst}: {report.files_written} file(s) written "
@@ -172,6 +173,8 @@ def render_convert(report: ConvertReport, console: Console) -> None:
 
 def render_part(report: PartReport, console: Console) -> None:
     """``part I/N of DST: ...; When every part is done: ckpt convert SRC DST ... --finalize``."""
+    from checkpoint_tool.execute.progress import human_bytes  # the convert path only
+
     console.print(
         f"[bold green]part {report.part}/{report.parts}[/] of {report.dst}: "
         f"{report.files_written} file(s) written ({human_bytes(report.bytes_written)}, "

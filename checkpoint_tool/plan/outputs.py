@@ -90,11 +90,12 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
     cutter = _Cutter(inputs)
     ops_cache: dict[tuple, tuple[str, ...]] = {}
     experts_get = inputs.experts.get
-    tensors = inputs.catalog.tensors
     resolved = inputs.resolved.tensors
     rename = rules.rename
     aligned = not inputs.geometry.pads
-    for name in sorted(tensors):
+    # one record per source tensor, made here from the table in name order
+    for entry in inputs.catalog.table.entries_by_name():
+        name = entry.name
         if wanted is not None and layer_of(name) not in wanted:
             where = ",".join(map(str, sorted(wanted)))
             out.dropped.append(
@@ -107,9 +108,9 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
             continue
         part = experts_get(name)
         if part is None or (aligned and part.kind == "routed" and not part.fused_3d):
-            placed = _kept(rename, name, resolved[name], tensors[name])
+            placed = _kept(rename, name, resolved[name], entry)
         else:
-            placed = _place(inputs, name, part, cutter)
+            placed = _place(inputs, entry, part, cutter)
         for renamed, placement in placed:
             if not renamed.matched:
                 unmatched.append(name)
@@ -123,7 +124,7 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
                     "in a recipe file (--recipe PATH)"
                 )
             sources[renamed.name] = (name, renamed)
-            _record(inputs, out, name, renamed, placement, part, ops_cache)
+            _record(inputs, out, entry, renamed, placement, part, ops_cache)
     if unmatched:
         raise InputError(
             f"{inputs.catalog.root}: {len(unmatched)} tensor(s) match no rule of recipe "
@@ -145,10 +146,12 @@ def _kept(
     return [(renamed, keep(entry))]
 
 
-def _place(inputs: PlanInputs, name: str, part: ExpertPart, cutter: _Cutter) -> list[Placed]:
-    """Which kind applies to expert tensor ``name``, its placement(s), and the name(s) they
+def _place(
+    inputs: PlanInputs, entry: TensorEntry, part: ExpertPart, cutter: _Cutter
+) -> list[Placed]:
+    """Which kind applies to expert tensor ``entry``, its placement(s), and the name(s) they
     are written as (a tensor of no expert is a ``keep``, decided by the caller)."""
-    entry = inputs.catalog.tensors[name]
+    name = entry.name
     rt = cutter.resolved[name]
     is_scale = rt.role == "scale"
     rename = partial(inputs.rules.rename, scheme=rt.scheme, drop_checked=True)
@@ -227,7 +230,8 @@ class _Cutter:
                 f"{self.inputs.catalog.root}: tensor {entry.name!r} belongs to expert module "
                 f"{rt.module!r}, which has no weight tensor; the checkpoint is incomplete"
             )
-        w_entry = self.tensors[weight]
+        # the weight's record: this one, or made from the table (the scales of a module)
+        w_entry = entry if weight == entry.name else self.tensors[weight]
         scheme = self.resolved[weight].scheme
         if scheme is not self.scheme or self.codec is None:
             self.scheme, self.codec = scheme, self.inputs.codec(scheme)
@@ -254,13 +258,13 @@ class _Cutter:
 def _record(
     inputs: PlanInputs,
     out: Planned,
-    source: str,
+    entry: TensorEntry,
     renamed: Renamed,
     placement: Placement,
     part: ExpertPart | None,
     ops_cache: dict[tuple, tuple[str, ...]],
 ) -> None:
-    entry = inputs.catalog.tensors[source]
+    source = entry.name
     name = renamed.name
     assert name is not None
     if name != source:

@@ -38,11 +38,12 @@ if TYPE_CHECKING:
 def piece_source_bytes(catalog: Catalog, tensor: OutputTensor) -> int:
     """Bytes of source data ``tensor`` reads (each piece's region of its source)."""
     total = 0
+    table = catalog.table
     for piece in tensor.pieces:
-        entry = catalog.tensors[piece.source]
         if not piece.slices:
-            total += entry.nbytes
+            total += table.nbytes(piece.source)
             continue
+        entry = catalog.tensors[piece.source]
         shape = list(storage_shape(entry.dtype, entry.shape))
         for region in piece.slices:
             shape[region.dim] = region.stop - region.start
@@ -93,7 +94,7 @@ def plan_summary(inputs: PlanInputs, planned: Planned, files: list[OutputFile]) 
         pad_to=geo.pad_to,
         shared_intermediate_size=geo.shared_size,
         padded_shared_intermediate_size=geo.shared_padded,
-        source_bytes=sum(e.nbytes for e in catalog.tensors.values()),
+        source_bytes=catalog.table.total_bytes(),
         output_bytes=expert_bytes + other_bytes,
         files=[
             FileSummary(name=f.name, tensors=len(f.tensors), nbytes=f.nbytes, layers=file_layers(f))

@@ -231,10 +231,10 @@ def resolve_catalog(catalog: Catalog, *, semantics: Semantics = "vllm") -> Resol
     cache: SchemeCache = {}
     tensors: dict[str, ResolvedTensor] = {}
     modules: defaultdict[str, dict[str, str]] = defaultdict(dict)
-    for name, e in catalog.tensors.items():
+    for name, dtype, shape in catalog.table.name_dtype_shape():
         module, suffix = split_tensor_name(name)
         t = tensors[name] = _resolve_split(
-            qconfig, name, module, suffix, e.dtype, e.shape, semantics, cache
+            qconfig, name, module, suffix, dtype, shape, semantics, cache
         )
         modules[t.module][suffix] = name
     if isinstance(qconfig, DeepSeekV4Config):

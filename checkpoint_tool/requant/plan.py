@@ -74,12 +74,14 @@ def add_sources(catalog: Catalog, view: RequantView) -> None:
     """List ``<name>@mxfp4`` in ``catalog`` (the source the executor reads): each names the
     file of its module's source weight, so the executor's file bookkeeping (which shards a
     file reads, unchanged checks) finds it; its bytes come from ``execute.requant_node``."""
+    added = []
     for vname, module in view.virtual.items():
         src = catalog.tensors[view.modules[module].weight]
         v = view.catalog.tensors[vname]
-        catalog.tensors[vname + SUFFIX] = TensorEntry(
-            vname + SUFFIX, src.file, v.dtype, v.shape, src.begin, src.begin + v.nbytes
+        added.append(
+            TensorEntry(vname + SUFFIX, src.file, v.dtype, v.shape, src.begin, src.begin + v.nbytes)
         )
+    catalog.add_tensors(added)
 
 
 def finish(plan: Plan, view: RequantView, errors: dict[int, Any]) -> Plan:
@@ -95,7 +97,10 @@ def finish(plan: Plan, view: RequantView, errors: dict[int, Any]) -> Plan:
             ops_key = (tuple(t.ops), fmt)
             ops = ops_cache.get(ops_key)
             if ops is None:
-                ops = ops_cache[ops_key] = (f"requantize mxfp4 <- {fmt} (Quark 0.13 rounding)", *t.ops)
+                ops = ops_cache[ops_key] = (
+                    f"requantize mxfp4 <- {fmt} (Quark 0.13 rounding)",
+                    *t.ops,
+                )
             pieces = [
                 Piece.of(p.source + SUFFIX, p.slices, p.pads) if p.source in virtual else p
                 for p in t.pieces

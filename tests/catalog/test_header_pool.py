@@ -150,3 +150,15 @@ def test_an_unread_child_is_stopped_when_dropped():
     del child
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reaped already: no such child
+
+
+def test_the_childs_answer_survives_marshal(tmp_path):
+    """The child's records are sent with ``marshal``: every field must be a plain type, or
+    the answer is dropped and this process silently parses every file itself."""
+    import marshal
+
+    paths = _shards(tmp_path, 4)
+    records = marshal.loads(marshal.dumps(header_pool._records(paths)))
+    back = [header_pool._header(p, rec) for p, rec in zip(paths, records, strict=True)]
+    assert all(_same(a, read_header(p)) for a, p in zip(back, paths, strict=True))
+    assert all(a.columns == read_header(p).columns for a, p in zip(back, paths, strict=True))

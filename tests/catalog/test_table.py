@@ -1,0 +1,98 @@
+"""``TensorTable`` / ``TableTensors``: the columnar catalog gives back exactly what the
+headers record, as a read-only mapping in file then header order."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from catalog.producer_ckpt import quark_checkpoint
+from checkpoint_tool.catalog import open_catalog
+from checkpoint_tool.catalog.safetensors_format import TensorEntry, read_header
+from checkpoint_tool.catalog.table import TableTensors, TensorTable
+from checkpoint_tool.errors import InputError
+
+STEM = "mxfp4-global_ptpc-fp8-attn"
+
+
+@pytest.fixture(scope="module")
+def opened(tmp_path_factory):
+    root = quark_checkpoint(tmp_path_factory.mktemp("t") / "q", STEM, shards=3, seed=3)
+    return root, open_catalog(root)
+
+
+def _reference(root, files):
+    """name -> TensorEntry from each header's own ``tensors`` (not the table), in order."""
+    out: dict[str, TensorEntry] = {}
+    for rel in files:
+        for name, e in read_header(root / rel).tensors.items():
+            out[name] = e._replace(file=rel)
+    return out
+
+
+def test_mapping_view_equals_the_headers_in_order(opened):
+    root, cat = opened
+    ref = _reference(root, cat.files)
+    assert isinstance(cat.tensors, TableTensors)
+    assert list(cat.tensors) == list(ref) and list(cat.tensors.keys()) == list(ref)
+    assert list(cat.tensors.items()) == list(ref.items())
+    assert list(cat.tensors.values()) == list(ref.values())
+    assert len(cat.tensors) == len(ref) and dict(cat.tensors) == ref
+    for name, e in ref.items():
+        assert cat.tensors[name] == e and cat.tensors.get(name) == e and name in cat.tensors
+        assert type(cat.tensors[name].shape) is tuple
+    assert cat.tensors.get("nope") is None and "nope" not in cat.tensors
+    with pytest.raises(KeyError):
+        cat.tensors["nope"]
+
+
+def test_bulk_methods_agree_with_the_records(opened):
+    _, cat = opened
+    table = cat.table
+    for rel in cat.files:
+        rows = table.rows_of_file(rel)
+        assert [e.name for e in table.entries(rows)] == [
+            n for n, e in cat.tensors.items() if e.file == rel
+        ]
+    assert table.rows_of_file("missing.safetensors") == range(0)
+    assert table.total_bytes() == sum(e.nbytes for e in cat.tensors.values())
+    pat = re.compile(r"\.experts\.\d+\.down_proj\.")
+    assert table.names_matching(pat) == [n for n in cat.tensors if pat.search(n)]
+    by_name = list(table.entries_by_name())
+    assert by_name == [cat.tensors[n] for n in sorted(cat.tensors)]
+    assert [e.name for e in by_name] != list(cat.tensors)  # file order is not name order here
+
+
+def test_from_entries_round_trips_and_plain_mappings_get_a_table(opened):
+    _, cat = opened
+    again = TableTensors(TensorTable.from_entries(cat.tensors.values()))
+    assert list(again.items()) == list(cat.tensors.items())
+    reversed_cat = type(cat)(root=cat.root, tensors=dict(reversed(cat.tensors.items())), files=[])
+    assert (
+        [n for n, _, _ in reversed_cat.table.name_dtype_shape()]
+        == list(reversed(cat.tensors))
+        == list(reversed(list(cat.tensors)))
+    )
+    assert list(reversed(cat.tensors.values())) == list(reversed(list(cat.tensors.values())))
+
+
+def test_duplicate_name_across_files_is_refused(opened):
+    root, cat = opened
+    header = read_header(root / cat.files[0])
+    table = TensorTable()
+    table.add_file("a.safetensors", header.columns, where=root)
+    with pytest.raises(InputError, match=r"also appears in a\.safetensors; duplicate tensors"):
+        table.add_file("b.safetensors", header.columns, where=root)
+
+
+def test_add_tensors_appends_new_records(opened):
+    root, _ = opened
+    cat = open_catalog(root)
+    first = next(iter(cat.tensors.values()))
+    extra = first._replace(name="extra.weight")
+    cat.add_tensors([extra])
+    assert (
+        cat.tensors["extra.weight"] == extra
+        and len(cat.tensors) == len(_reference(root, cat.files)) + 1
+    )
