@@ -49,6 +49,8 @@ class Catalog:
     files: list[str]
     config: dict | None = None
     hf_quant_config: dict | None = None
+    #: the index's top-level object without its ``weight_map`` (which the table holds:
+    #: the same names in the same files, checked when the catalog was opened)
     index: dict | None = None
     source: str = ""
     revision: str | None = None

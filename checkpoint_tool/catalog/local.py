@@ -19,6 +19,7 @@ from checkpoint_tool.catalog.catalog import Catalog, add_headers
 from checkpoint_tool.catalog.header_pool import HeaderReader
 from checkpoint_tool.catalog.index import (
     INDEX_NAME,
+    IndexListing,
     check_index_matches,
     files_from_index,
     read_json_if_present,
@@ -41,6 +42,7 @@ def open_local(
     config = read_json_if_present(root / "config.json")
     hf_quant = read_json_if_present(root / "hf_quant_config.json")
     index = None
+    listing = None
     reader = None
     if single_file is not None:
         files = [single_file]
@@ -50,6 +52,7 @@ def open_local(
         try:
             index = read_json_if_present(root / INDEX_NAME)
             files = files_from_index(root, index or {})
+            listing = IndexListing.take(index or {})
         except BaseException:
             reader.close()
             raise
@@ -69,6 +72,6 @@ def open_local(
     paths = [root / rel for rel in files]
     headers = (reader or HeaderReader(paths)).read(paths, meanwhile)
     add_headers(cat, files, headers)
-    if index is not None:
-        check_index_matches(root, index, cat)
+    if listing is not None:
+        check_index_matches(root, listing, cat)
     return cat

@@ -168,32 +168,25 @@ class TensorTable:
         return list(filter(pattern.search, self._names))
 
     def match_index(
-        self, weight_map: Mapping[str, str]
-    ) -> tuple[tuple[str, str | None] | None, dict[str, str]]:
-        """Hold an index's ``weight_map`` (name -> file) against the rows.
-
-        Returns the first ``(name, stored file or None)`` where they disagree (and ``{}``), or
-        ``None`` and the same map again with the table's own name and file strings (an index
-        kept next to the table then costs a dict, not two more strings per tensor).
-        """
+        self, names: Sequence[str], file_ids: Sequence[int], files: Sequence[str]
+    ) -> tuple[int, str | None] | None:
+        """Hold an index's listing (``names[k]`` indexed in ``files[file_ids[k]]``) against
+        the rows: the first ``(k, stored file or None)`` where they disagree, else None."""
         get = self._rows.get
-        rows = list(map(get, weight_map))
+        rows = list(map(get, names))
         if None not in rows:
             where = {f: i for i, f in enumerate(self.files)}
-            try:
-                listed = array("i", map(where.__getitem__, weight_map.values()))
-            except KeyError:  # a file without tensors
-                listed = array("i")
+            # the index's file numbers in the table's numbering (-1: a file without tensors)
+            renumber = [where.get(f, -1) for f in files]
+            listed = array("i", map(renumber.__getitem__, file_ids))
             if array("i", map(self._file_of.__getitem__, rows)) == listed:  # type: ignore[arg-type]
-                files = map(self.files.__getitem__, listed)
-                names = map(self._names.__getitem__, rows)  # type: ignore[arg-type]
-                return None, dict(zip(names, files, strict=True))
-        for name, rel in weight_map.items():
-            row = get(name)
+                return None
+        for k, (row, fid) in enumerate(zip(rows, file_ids, strict=True)):
             if row is None:
-                return (name, None), {}
-            if self.files[self._file_of[row]] != rel:
-                return (name, self.files[self._file_of[row]]), {}
+                return k, None
+            stored = self.files[self._file_of[row]]
+            if stored != files[fid]:
+                return k, stored
         raise AssertionError("unreachable: a mismatch was found above")
 
     def total_bytes(self) -> int:

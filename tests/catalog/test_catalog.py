@@ -11,6 +11,7 @@ import torch
 
 from catalog.producer_ckpt import producer_fixture, quark_checkpoint
 from checkpoint_tool.catalog import INDEX_NAME, open_catalog, read_rows, read_tensor
+from checkpoint_tool.catalog.index import IndexListing
 from checkpoint_tool.errors import InputError
 
 STEM = "mxfp4-global_ptpc-fp8-attn"
@@ -65,6 +66,29 @@ def test_stale_index_is_refused(tmp_path):
     (root / INDEX_NAME).write_text(json.dumps(index))
     with pytest.raises(InputError, match="stale"):
         open_catalog(root)
+
+
+def test_index_listing_keeps_names_files_and_order():
+    weight_map = {"b.weight": "s2", "a.weight": "s1", "c.weight": "s2"}
+    index = {"metadata": {"total_size": 6}, "weight_map": dict(weight_map)}
+    listing = IndexListing.take(index)
+    assert index == {"metadata": {"total_size": 6}}  # the names live on in the listing only
+    assert listing.name_list() == list(weight_map) and len(listing) == 3
+    assert [listing.files[i] for i in listing.file_ids] == list(weight_map.values())
+    # a name holding the joining character: kept as a list, still exact
+    odd = {"x\ny.weight": "s1", "z.weight": "s1"}
+    assert IndexListing.take({"weight_map": dict(odd)}).name_list() == list(odd)
+
+
+def test_index_naming_a_tensor_the_shards_lack_is_refused(tmp_path):
+    root = quark_checkpoint(tmp_path / "q", STEM, shards=2)
+    index = json.loads((root / INDEX_NAME).read_text())
+    index["weight_map"]["model.ghost.weight"] = "model-00001-of-00002.safetensors"
+    (root / INDEX_NAME).write_text(json.dumps(index))
+    with pytest.raises(InputError, match="'model.ghost.weight' is listed in .* not in the shard"):
+        open_catalog(root)
+    cat_index = open_catalog(quark_checkpoint(tmp_path / "r", STEM, shards=2)).index
+    assert cat_index is not None and "weight_map" not in cat_index
 
 
 def test_pickles_are_never_read(tmp_path):

@@ -29,6 +29,7 @@ from pathlib import Path
 from checkpoint_tool.catalog.catalog import Catalog, add_headers
 from checkpoint_tool.catalog.index import (
     INDEX_NAME,
+    IndexListing,
     check_index_matches,
     files_from_index,
     read_json_if_present,
@@ -166,6 +167,7 @@ def _open_store(store: Store, root: Path, headers_only: bool) -> Catalog:
     if all(_cached(root / rel, store.files[rel].size) for rel in files):
         cat = open_local(root)  # every shard is in the local cache: read it there
     else:
+        listing = IndexListing.take(index) if index is not None else None
         cat = Catalog(
             root=root,
             tensors={},
@@ -178,8 +180,8 @@ def _open_store(store: Store, root: Path, headers_only: bool) -> Catalog:
         headers = read_headers(store, files)
         add_headers(cat, files, headers)
         cat.header_bytes_read = sum(8 + h.header_len for h in headers)
-        if index is not None:
-            check_index_matches(where, index, cat)
+        if listing is not None:
+            check_index_matches(where, listing, cat)
     cat.source, cat.revision = store.source, store.revision
     return cat
 
