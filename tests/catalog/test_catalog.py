@@ -85,7 +85,7 @@ def test_index_naming_a_tensor_the_shards_lack_is_refused(tmp_path):
     index = json.loads((root / INDEX_NAME).read_text())
     index["weight_map"]["model.ghost.weight"] = "model-00001-of-00002.safetensors"
     (root / INDEX_NAME).write_text(json.dumps(index))
-    with pytest.raises(InputError, match="'model.ghost.weight' is listed in .* not in the shard"):
+    with pytest.raises(InputError, match=r"'model\.ghost\.weight' is listed in .* not in the shard"):
         open_catalog(root)
     cat_index = open_catalog(quark_checkpoint(tmp_path / "r", STEM, shards=2)).index
     assert cat_index is not None and "weight_map" not in cat_index
