@@ -139,6 +139,13 @@ class TensorTable:
         a pass over all tensors by name without a name lookup per tensor."""
         return self.entries(map(self._rows.__getitem__, sorted(self._names)))
 
+    def dtype_shape(self, name: str) -> tuple[str, tuple[int, ...]]:
+        """``(dtype, shape)`` of the tensor called ``name``, without a whole record."""
+        row = self._rows[name]
+        return DTYPE_NAMES[self._dtypes[row]], tuple(
+            self._dims[self._shape_off[row] : self._shape_off[row + 1]]
+        )
+
     def nbytes(self, name: str) -> int:
         """Bytes of the tensor called ``name`` (``KeyError`` when there is none)."""
         row = self._rows[name]

@@ -90,13 +90,23 @@ class _ModuleCheck:
     ``parts``: suffix -> tensor name of every tensor of the module, in catalog order.
     ``expected_siblings`` is memoized per scheme (``Scheme.siblings_key``), weight dtype and
     shape: a catalog's ~46k modules hold a handful of distinct schemes.
+
+    A module's own findings depend on its name only through the messages, and on its tensors
+    through their suffixes, roles, schemes, dtypes and shapes: its *signature*. A signature
+    that came out clean once (every expected sibling among the module's own tensors) is clean
+    again, so the 256 experts of one layer and projection are checked in full once, e.g.
+    ``(False, (("weight", "weight", 7, "F8_E4M3", (2048, 7168)), ("weight_scale_inv",
+    "scale", 7, "F32", (16, 56))))`` (7: the id of the layer's one ``Scheme`` object, which
+    the resolved catalog keeps alive).
     """
 
     def __init__(self, catalog: Catalog, rc: ResolvedCatalog) -> None:
         self.headers = catalog.tensors
+        self.dtype_shape = catalog.table.dtype_shape
         self.tensors = rc.tensors
         self.weights = rc.weights()
         self.memo: dict[tuple[tuple, str, tuple[int, ...]], dict[str, Expected]] = {}
+        self.clean: set[tuple] = set()
 
     def expected(self, scheme: Scheme, dtype: str, shape: tuple[int, ...]) -> dict[str, Expected]:
         key = (scheme.siblings_key, dtype, shape)
@@ -119,7 +129,26 @@ class _ModuleCheck:
         return found
 
     def module(self, module: str, parts: dict[str, str]) -> tuple[Record, ...]:
-        """Findings of the module's own tensors: weight dtype and shape, scales."""
+        """Findings of the module's own tensors: weight dtype and shape, scales (none when
+        its signature came out clean before)."""
+        tensors, dtype_shape = self.tensors, self.dtype_shape
+        signature = (
+            module.endswith(FUSED_EXPERT_SUFFIXES),
+            tuple(
+                (suffix, (t := tensors[name]).role, id(t.scheme), *dtype_shape(name))
+                for suffix, name in parts.items()
+            ),
+        )
+        if signature in self.clean:
+            return ()
+        found, own = self._findings(module, parts)
+        if not found and own:
+            self.clean.add(signature)
+        return found
+
+    def _findings(self, module: str, parts: dict[str, str]) -> tuple[tuple[Record, ...], bool]:
+        """``module``'s findings, and whether every sibling its scheme expects was among its
+        own tensors (only then do they follow from its signature)."""
         tensors, headers, record = self.tensors, self.headers, self.record
         weight = None
         scales: list[tuple[str, str]] = []  # (suffix, name) of the scale-like tensors
@@ -131,20 +160,20 @@ class _ModuleCheck:
                 scales.append((suffix, name))
         if weight is None:
             msg = f"scale tensor with no {module}.weight next to it; the config does not explain it"
-            return tuple(record("unexplained_tensor", n, msg) for _, n in scales)
+            return tuple(record("unexplained_tensor", n, msg) for _, n in scales), True
         entry = headers[weight]
         scheme = tensors[weight].scheme
         if scheme.format is WeightFormat.UNSUPPORTED:
             msg = (
                 f"{_why(scheme)}: ckpt cannot decode this scheme; it is reported but not converted"
             )
-            return (record("unsupported_scheme", weight, msg, "warning"),)
+            return (record("unsupported_scheme", weight, msg, "warning"),), True
         if scheme.weight_dtypes and entry.dtype not in scheme.weight_dtypes:
             msg = (
                 f"stored as {entry.dtype}, but the config gives {_why(scheme)}, which stores "
                 f"{'/'.join(scheme.weight_dtypes)}; the config and the weights disagree"
             )
-            return (record("weight_dtype", weight, msg),)
+            return (record("weight_dtype", weight, msg),), True
         out: list[Record] = []
         if module.endswith(FUSED_EXPERT_SUFFIXES) and not scheme.quantized:
             msg = (
@@ -156,9 +185,11 @@ class _ModuleCheck:
         if scheme.scale_suffix in expected and not expected[scheme.scale_suffix].shapes:
             problem = weight_shape_problem(scheme, entry.dtype, tuple(entry.shape))
             msg = f"{entry.dtype} {list(entry.shape)}: {_why(scheme)} cannot store it ({problem})"
-            return (*out, record("weight_shape", weight, msg))
+            return (*out, record("weight_shape", weight, msg)), True
+        own = True
         for suffix, exp in expected.items():
             name = parts.get(suffix) or f"{module}.{suffix}"
+            own = own and suffix in parts
             sib = headers.get(name)
             if sib is None:
                 msg = f"missing {exp.role} {name!r} ({'/'.join(exp.dtypes)}) that {_why(scheme)} needs"
@@ -178,7 +209,7 @@ class _ModuleCheck:
                 wanted = ", ".join(expected) or "no scale tensors"
                 msg = f"{_why(scheme)} stores {wanted}; this tensor is not explained by the config"
                 out.append(record("unexplained_tensor", name, msg))
-        return tuple(out)
+        return tuple(out), own
 
     def packed(self, module: str) -> Record | None:
         """If ``module`` is the first stored shard of a packed layer (q/k/v, gate/up) whose

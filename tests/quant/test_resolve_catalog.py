@@ -78,6 +78,27 @@ def test_missing_scale(tmp_path):
     assert f"{M}.weight_scale" in rc.issues[0].message and rc.issues[0].file == "model.safetensors"
 
 
+def test_experts_like_a_clean_one_are_still_checked_each(tmp_path):
+    """Experts whose tensors look like a clean expert's are clean; one that differs anywhere
+    (a scale missing, of another shape, or of another dtype) is found, whichever comes first."""
+    e = "model.layers.3.mlp.experts.{}.down_proj"
+    good = {
+        **{f"{e.format(k)}.weight": ("U8", (64, 32)) for k in range(8)},
+        **{f"{e.format(k)}.weight_scale": ("U8", (64, 2)) for k in range(8)},
+    }
+    assert resolve(tmp_path / "a", good).issues == []
+    bad = {**good, f"{e.format(5)}.weight_scale": ("U8", (64, 4))}
+    bad[f"{e.format(6)}.weight_scale"] = ("F32", (64, 2))
+    del bad[f"{e.format(7)}.weight_scale"]
+    del bad[f"{e.format(0)}.weight_scale"]
+    assert rules(resolve(tmp_path / "b", bad)) == [
+        ("missing_scale", f"{e.format(0)}.weight"),
+        ("missing_scale", f"{e.format(7)}.weight"),
+        ("scale_dtype", f"{e.format(6)}.weight_scale"),
+        ("scale_shape", f"{e.format(5)}.weight_scale"),
+    ]
+
+
 def test_scale_of_wrong_dtype_and_shape(tmp_path):
     rc = resolve(tmp_path, {**GOOD, f"{M}.weight_scale": ("F32", (64, 4))})
     assert rules(rc) == [("scale_dtype", f"{M}.weight_scale"), ("scale_shape", f"{M}.weight_scale")]
