@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -230,16 +229,33 @@ def resolve_catalog(catalog: Catalog, *, semantics: Semantics = "vllm") -> Resol
     qconfig = load_quant_config(catalog.config, catalog.hf_quant_config, where=where)
     cache: SchemeCache = {}
     tensors: dict[str, ResolvedTensor] = {}
-    modules: defaultdict[str, dict[str, str]] = defaultdict(dict)
-    for name, dtype, shape in catalog.table.name_dtype_shape():
-        module, suffix = split_tensor_name(name)
-        t = tensors[name] = _resolve_split(
-            qconfig, name, module, suffix, dtype, shape, semantics, cache
-        )
-        modules[t.module][suffix] = name
+    modules: dict[str, dict[str, str]] = {}
+    #: one str object per distinct suffix (a few dozen), shared by ~46k module dicts
+    suffixes: dict[str, str] = {}
+    dtype_shape = catalog.table.dtype_shape
+    role_of = ROLE_BY_SUFFIX.get
+    for name in catalog.tensors:
+        module, _, suffix = name.rpartition(".")
+        suffix = suffixes.setdefault(suffix, suffix)
+        role = role_of(suffix, "other")
+        if role != "other" and suffix not in FUSED_EXPERT_PARAMS:
+            # the common case, inline: a weight/scale/bias of a module resolved through the cache
+            scheme = cache.get(module)
+            if scheme is None:
+                scheme = _cached_module_scheme(qconfig, module, semantics, cache)
+            t = tensors[name] = ResolvedTensor(name, module, role, scheme)
+        else:  # fused 3-D expert parameters (dtype and shape decide) and other parameters
+            dtype, shape = dtype_shape(name)
+            t = tensors[name] = _resolve_split(
+                qconfig, name, module, suffix, dtype, shape, semantics, cache
+            )
+        parts = modules.get(t.module)
+        if parts is None:
+            parts = modules[t.module] = {}
+        parts[suffix] = name
     if isinstance(qconfig, DeepSeekV4Config):
         tensors.update(_dsv4_float_linears(catalog, qconfig, tensors, modules))
-    return ResolvedCatalog(qconfig=qconfig, tensors=tensors, modules=dict(modules))
+    return ResolvedCatalog(qconfig=qconfig, tensors=tensors, modules=modules)
 
 
 def _dsv4_float_linears(
