@@ -91,13 +91,15 @@ def timed(cmd: list[str], root: Path = ROOT) -> tuple[float, int, float]:
     """Wall seconds, peak RSS (bytes) and CPU seconds (user + system) of ``cmd`` with the ckpt
     of ``root`` first on the path, stdout to /dev/null, measured by ``/usr/bin/time`` (a small
     parent: a child forked from this process would inherit its resident size as its
-    high-water mark)."""
+    high-water mark). It runs in ``root``: ``python -m``/``-c`` put the working folder
+    first on the path, ahead of ``PYTHONPATH``."""
     env = {**os.environ, "PYTHONPATH": str(root)}
     with tempfile.NamedTemporaryFile("r") as stats, open(os.devnull, "wb") as null:
         subprocess.run(
             ["/usr/bin/time", "-o", stats.name, "-f", "%e %M %U %S", *cmd],
             stdout=null,
             env=env,
+            cwd=root,
             check=True,
         )
         wall, kib, user, system = stats.read().split()[-4:]
