@@ -21,14 +21,19 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from checkpoint_tool.catalog.byte_range import read_range
 from checkpoint_tool.catalog.index import INDEX_NAME
 from checkpoint_tool.catalog.paths import listed
-from checkpoint_tool.catalog.safetensors_format import FileHeader, TensorEntry
+from checkpoint_tool.catalog.safetensors_format import (
+    NO_COLUMNS,
+    FileHeader,
+    HeaderColumns,
+    TensorEntry,
+)
 from checkpoint_tool.catalog.table import TableTensors, TensorTable
 from checkpoint_tool.errors import InputError
 
@@ -54,6 +59,7 @@ class Catalog:
     index: dict | None = None
     source: str = ""
     revision: str | None = None
+    #: each shard's header without its columns (the table holds the tensors)
     headers: dict[str, FileHeader] = field(default_factory=dict, repr=False)
     header_bytes_read: int = 0
     #: a ``catalog.remote.store.Store`` when the shards live on a server (hub, S3); then
@@ -120,13 +126,20 @@ class Catalog:
 
 
 def add_headers(cat: Catalog, files: list[str], headers: Sequence[FileHeader | InputError]) -> None:
-    """Fill ``cat.tensors`` from one header per file (an ``InputError`` in the list is raised)."""
+    """Fill ``cat.tensors`` from one header per file (an ``InputError`` in the list is raised).
+
+    The table takes the columns; ``cat.headers`` keeps each shard's header without them
+    (length, file size, metadata and the columns' digest)."""
     where = cat.store.label if cat.store is not None else cat.root
-    table = TensorTable()
+    parts: list[tuple[str, HeaderColumns]] = []
     for rel, header in zip(files, headers, strict=False):
         if isinstance(header, InputError):
+            # errors in file order: a duplicate among the shards before this one comes first
+            TensorTable.from_headers(parts, where=where)
             raise header
-        cat.headers[rel] = header
+        cat.headers[rel] = replace(
+            header, columns=NO_COLUMNS, digest=header.columns_digest()
+        )
         cat.header_bytes_read += 8 + header.header_len
-        table.add_file(rel, header.columns, where=where)
-    cat.tensors = TableTensors(table)
+        parts.append((rel, header.columns))
+    cat.tensors = TableTensors(TensorTable.from_headers(parts, where=where))

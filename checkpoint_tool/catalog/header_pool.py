@@ -125,10 +125,10 @@ def _header(path: Path, rec: tuple) -> Result:
 
 def _plain(c: HeaderColumns) -> tuple:
     """``c`` as ``marshal`` sends it: the int64 columns as their raw bytes."""
-    return (c.names, c.dtypes, c.ranks, c.dims.tobytes(), c.begins.tobytes(), c.ends.tobytes())
+    return (c.text, c.count, c.dtypes, c.ranks, *(a.tobytes() for a in (c.dims, c.begins, c.ends)))
 
 
 def _columns(plain: tuple) -> HeaderColumns:
-    names, dtypes, ranks, *raw = plain
+    text, count, dtypes, ranks, *raw = plain
     dims, begins, ends = (array("q", r) for r in raw)  # from bytes: one copy, no parsing
-    return HeaderColumns(names, dtypes, ranks, dims, begins, ends)
+    return HeaderColumns(text, count, dtypes, ranks, dims, begins, ends)

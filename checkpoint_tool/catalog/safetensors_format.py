@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -61,6 +62,8 @@ DTYPE_NAMES: tuple[str, ...] = tuple(DTYPE_BITS)
 DTYPE_CODES: dict[str, int] = {name: code for code, name in enumerate(DTYPE_NAMES)}
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit
+#: joins a header's names in ``HeaderColumns.text`` (a name holding it is refused)
+NAME_SEP = "\n"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
 
@@ -154,20 +157,27 @@ HeaderEntry = tuple[str, str, tuple[int, ...], int, int]
 
 
 class HeaderColumns(NamedTuple):
-    """A header's entries as columns, in header order (no per-tensor objects but the names).
+    """A header's entries as columns, in header order (no per-tensor objects at all).
 
-    ``names=['a.weight', 'a.bias']``, ``dtypes=bytes([DTYPE_CODES['BF16']] * 2)``,
-    ``ranks=bytes([2, 1])``, ``dims=array('q', [8, 64, 8])``, ``begins=array('q', [80, 1104])``,
-    ``ends=array('q', [1104, 1120])`` (absolute offsets). Plain ``bytes`` and ``array``: the
-    forked header reader sends them as raw bytes, and they need no numpy import.
+    ``text='a.weight\\na.bias'`` (the names joined by a line break, which no name holds),
+    ``count=2``, ``dtypes=bytes([DTYPE_CODES['BF16']] * 2)``, ``ranks=bytes([2, 1])``,
+    ``dims=array('q', [8, 64, 8])``, ``begins=array('q', [80, 1104])``,
+    ``ends=array('q', [1104, 1120])`` (absolute offsets). Plain ``str``, ``bytes`` and
+    ``array``: the forked header reader sends them as they are, and they need no numpy.
     """
 
-    names: list[str]
+    text: str
+    count: int
     dtypes: bytes
     ranks: bytes
     dims: array
     begins: array
     ends: array
+
+    @property
+    def names(self) -> list[str]:
+        """The names, in header order (made now from ``text``)."""
+        return self.text.split(NAME_SEP) if self.count else []
 
     def entries(self) -> tuple[HeaderEntry, ...]:
         """The same entries as ``(name, dtype, shape, begin, end)`` tuples."""
@@ -181,12 +191,17 @@ class HeaderColumns(NamedTuple):
         return tuple(out)
 
 
+#: the columns of a header without entries (what a catalog's kept headers carry)
+NO_COLUMNS = HeaderColumns("", 0, b"", b"", array("q"), array("q"), array("q"))
+
+
 @dataclass(frozen=True)
 class FileHeader:
     """A parsed, validated safetensors header.
 
-    ``columns`` hold the entries (the catalog copies them into its table); ``entries``
-    (tuples) and ``tensors`` (name -> ``TensorEntry``) are built from them on first use.
+    ``columns`` hold the entries (the catalog moves them into its table and keeps the header
+    with ``NO_COLUMNS`` and their ``digest``); ``entries`` (tuples) and ``tensors`` (name ->
+    ``TensorEntry``) are built from them on first use.
     """
 
     path: Path
@@ -194,6 +209,12 @@ class FileHeader:
     file_size: int
     columns: HeaderColumns
     metadata: dict[str, str] = field(default_factory=dict)
+    #: ``columns_digest(columns)`` once the columns are gone (``b""`` while they are here)
+    digest: bytes = b""
+
+    def columns_digest(self) -> bytes:
+        """What the entries were: the kept ``digest``, else ``columns_digest`` of them."""
+        return self.digest or columns_digest(self.columns)
 
     @property
     def data_start(self) -> int:
@@ -212,6 +233,17 @@ class FileHeader:
     def tensors(self) -> dict[str, TensorEntry]:
         file = self.file
         return {name: TensorEntry(name, file, *rest) for name, *rest in self.entries}
+
+
+def columns_digest(cols: HeaderColumns) -> bytes:
+    """A sha256 of every entry of ``cols`` (names, dtypes, shapes, offsets): two headers with
+    the same digest record the same tensors at the same places."""
+    h = hashlib.sha256()
+    h.update(cols.text.encode("utf-8", "surrogatepass") + b"\0")
+    for part in (cols.dtypes, cols.ranks, cols.dims, cols.begins, cols.ends):
+        raw = bytes(part)
+        h.update(len(raw).to_bytes(8, "little") + raw)
+    return h.digest()
 
 
 def _file_name(path: Path | str) -> str:
@@ -302,7 +334,7 @@ def _parse_entries(
             dtype, shape, begin, end = fields
             append((name, dtype, shape, data_start + begin, data_start + end))
     if not entries:
-        return HeaderColumns([], b"", b"", array("q"), array("q"), array("q"))
+        return NO_COLUMNS
     # transposed at C speed; the per-entry tuples live only until this header is done
     names, dtypes, shapes, begins, ends = zip(*entries, strict=True)
     try:
@@ -310,8 +342,16 @@ def _parse_entries(
     except ValueError:  # a rank over 255
         name = next(n for n, sh in zip(names, shapes, strict=True) if len(sh) > 255)
         raise InputError(f"{path}: tensor {name!r}: shape has too many dims for ckpt") from None
+    text = NAME_SEP.join(names)
+    if text.count(NAME_SEP) != len(names) - 1:
+        bad = next(n for n in names if NAME_SEP in n)
+        raise InputError(
+            f"{path}: tensor {bad!r} has a line break in its name, which ckpt cannot catalog; "
+            "rename the tensor"
+        )
     columns = HeaderColumns(
-        list(names),
+        text,
+        len(names),
         bytes(map(DTYPE_CODES.__getitem__, dtypes)),
         ranks,
         array("q", chain.from_iterable(shapes)),

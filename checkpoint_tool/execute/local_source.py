@@ -143,7 +143,7 @@ def _check_matches_catalog(catalog: Catalog, rel: str, size: int) -> None:
     changed = seen is not None and seen.file_size != size
     if not changed and seen is not None:
         now = read_header(path)
-        changed = now.columns != seen.columns
+        changed = now.columns_digest() != seen.columns_digest()
     if changed:
         raise InputError(
             f"{path}: source shard changed since it was planned (size or header differ); "

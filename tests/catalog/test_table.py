@@ -80,10 +80,11 @@ def test_from_entries_round_trips_and_plain_mappings_get_a_table(opened):
 def test_duplicate_name_across_files_is_refused(opened):
     root, cat = opened
     header = read_header(root / cat.files[0])
-    table = TensorTable()
-    table.add_file("a.safetensors", header.columns, where=root)
-    with pytest.raises(InputError, match=r"also appears in a\.safetensors; duplicate tensors"):
-        table.add_file("b.safetensors", header.columns, where=root)
+    parts = [("a.safetensors", header.columns), ("b.safetensors", header.columns)]
+    with pytest.raises(
+        InputError, match=r"/b\.safetensors: tensor .* also appears in a\.safetensors; duplicate"
+    ):
+        TensorTable.from_headers(parts, where=root)
 
 
 def test_add_tensors_appends_new_records(opened):
