@@ -17,14 +17,22 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal
 
+import numpy as np
 from pydantic import BaseModel
 
 from checkpoint_tool.quant.configs import DeepSeekV4Config, QuantConfig
 from checkpoint_tool.quant.configs.base import FLOAT_DTYPES, unquantized
 from checkpoint_tool.quant.configs.load import load_quant_config
 from checkpoint_tool.quant.configs.names import expert_key, non_linear_reason, split_tensor_name
+from checkpoint_tool.quant.resolved import (
+    ROLE_CODES,
+    ModuleParts,
+    ResolvedColumns,
+    ResolvedTensor,
+    ResolvedTensors,
+)
 from checkpoint_tool.quant.roles import ROLE_BY_SUFFIX, SCALE_ROLES, Role
 from checkpoint_tool.quant.scheme import Scheme
 
@@ -53,19 +61,6 @@ FUSED_EXPERT_PARAMS = ("gate_up_proj", "down_proj")
 FUSED_EXPERT_SUFFIXES = tuple(f".experts.{p}" for p in FUSED_EXPERT_PARAMS)
 
 
-class ResolvedTensor(NamedTuple):
-    """One tensor's module, role and the scheme of its module (with the rule that matched).
-
-    A named tuple: a catalog resolves ~100k of them per checkpoint, and one is built in half
-    the time of a frozen dataclass.
-    """
-
-    name: str
-    module: str
-    role: Role
-    scheme: Scheme
-
-
 class SchemeDifference(BaseModel):
     """A module vLLM resolves differently from the producer."""
 
@@ -76,20 +71,33 @@ class SchemeDifference(BaseModel):
 
 @dataclass(frozen=True, eq=False)
 class ResolvedCatalog:
-    """``qconfig``: the config model; ``tensors``: name -> ``ResolvedTensor``; ``modules``:
-    module -> parameter suffix -> tensor name (``{"X.down_proj": {"weight": "X.down_proj.weight",
-    "weight_scale_inv": "X.down_proj.weight_scale_inv"}}``), both in catalog order.
+    """A catalog resolved, as columns over the catalog's table rows (``ResolvedColumns``),
+    with two read-only views made from them on demand:
+
+    - ``tensors``: name -> ``ResolvedTensor``;
+    - ``modules``: module -> parameter suffix -> tensor name (``{"X.down_proj": {"weight":
+      "X.down_proj.weight", "weight_scale_inv": "X.down_proj.weight_scale_inv"}}``), both in
+      catalog order.
 
     Compared and hashed by identity (a catalog's resolution is computed once and shared).
     """
 
     qconfig: QuantConfig
-    tensors: dict[str, ResolvedTensor]
-    modules: dict[str, dict[str, str]]
+    columns: ResolvedColumns
+
+    @property
+    def tensors(self) -> ResolvedTensors:
+        return ResolvedTensors(self.columns)
+
+    @property
+    def modules(self) -> ModuleParts:
+        return ModuleParts(self.columns)
 
     def weights(self) -> dict[str, ResolvedTensor]:
         """Module -> its resolved ``.weight`` (or fused expert parameter)."""
-        return {t.module: t for t in self.tensors.values() if t.role == "weight"}
+        cols = self.columns
+        rows = np.flatnonzero(cols.role == ROLE_CODES["weight"]).tolist()
+        return {t.module: t for t in map(cols.record, rows)}
 
 
 # -- one tensor --------------------------------------------------------------------------------
@@ -223,57 +231,93 @@ def scheme_differences(qconfig: QuantConfig, modules: list[str]) -> list[SchemeD
 def resolve_catalog(catalog: Catalog, *, semantics: Semantics = "vllm") -> ResolvedCatalog:
     """Resolve every tensor of ``catalog`` (its config and headers; no tensor data).
 
+    Resolved by module, not by tensor: each distinct module once, and under vLLM semantics
+    every routed expert of a (FusedMoE layer, projection) through its first expert (see
+    ``_cached_module_scheme``); the tensors take their module's scheme through the columns.
     Raises ``InputError`` for an unsupported or malformed quantization config.
     """
     where = str(catalog.root / "config.json")
     qconfig = load_quant_config(catalog.config, catalog.hf_quant_config, where=where)
+    table = catalog.table
+    names = table.names()
+    split = [name.rpartition(".") for name in names]
+    for row, (module, _, suffix) in enumerate(split):
+        if suffix in FUSED_EXPERT_PARAMS and module.endswith(".experts"):
+            if len(table.dtype_shape_of(row)[1]) == 3:  # a fused 3-D parameter: own module
+                split[row] = (names[row], ".", suffix)
+    module_of: dict[str, int] = {}
+    module_col = np.fromiter(
+        (module_of.setdefault(m, len(module_of)) for m, _, _ in split), np.int32, len(names)
+    )
+    suffix_of: dict[str, int] = {}
+    suffix_col = np.fromiter(
+        (suffix_of.setdefault(x, len(suffix_of)) for _, _, x in split), np.int32, len(names)
+    )
+    del split
+    module_names = list(module_of)
+    suffixes = list(suffix_of)
+    # per distinct module: its scheme (one resolution per module, or per FusedMoE projection)
     cache: SchemeCache = {}
-    tensors: dict[str, ResolvedTensor] = {}
-    modules: dict[str, dict[str, str]] = {}
-    #: one str object per distinct suffix (a few dozen), shared by ~46k module dicts
-    suffixes: dict[str, str] = {}
-    dtype_shape = catalog.table.dtype_shape
-    role_of = ROLE_BY_SUFFIX.get
-    for name in catalog.tensors:
+    scheme_ids: dict[int, int] = {}  # id(Scheme) -> index into schemes
+    schemes: list[Scheme] = []
+
+    def number(scheme: Scheme) -> int:
+        k = scheme_ids.get(id(scheme))
+        if k is None:
+            k = scheme_ids[id(scheme)] = len(schemes)
+            schemes.append(scheme)
+        return k
+
+    module_scheme = np.fromiter(
+        (number(_cached_module_scheme(qconfig, m, semantics, cache)) for m in module_names),
+        np.int32,
+        len(module_names),
+    )
+    role_of_suffix_code = np.array(
+        [ROLE_CODES[ROLE_BY_SUFFIX.get(x, "other")] for x in suffixes], np.uint8
+    )
+    role = role_of_suffix_code[suffix_col] if len(names) else np.zeros(0, np.uint8)
+    scheme = module_scheme[module_col] if len(names) else np.zeros(0, np.int32)
+    # the rest, tensor by tensor: parameters that are no weight, scale or bias, and the fused
+    # 3-D expert parameters (own module; dtype and shape decide)
+    odd_suffix = np.array(
+        [ROLE_BY_SUFFIX.get(x, "other") == "other" or x in FUSED_EXPERT_PARAMS for x in suffixes],
+        bool,
+    )
+    odd = np.flatnonzero(odd_suffix[suffix_col]) if len(names) else np.zeros(0, np.int64)
+    for row in odd.tolist():
+        name = names[row]
         module, _, suffix = name.rpartition(".")
-        suffix = suffixes.setdefault(suffix, suffix)
-        role = role_of(suffix, "other")
-        if role != "other" and suffix not in FUSED_EXPERT_PARAMS:
-            # the common case, inline: a weight/scale/bias of a module resolved through the cache
-            scheme = cache.get(module)
-            if scheme is None:
-                scheme = _cached_module_scheme(qconfig, module, semantics, cache)
-            t = tensors[name] = ResolvedTensor(name, module, role, scheme)
-        else:  # fused 3-D expert parameters (dtype and shape decide) and other parameters
-            dtype, shape = dtype_shape(name)
-            t = tensors[name] = _resolve_split(
-                qconfig, name, module, suffix, dtype, shape, semantics, cache
-            )
-        parts = modules.get(t.module)
-        if parts is None:
-            parts = modules[t.module] = {}
-        parts[suffix] = name
+        dtype, shape = table.dtype_shape_of(row)
+        t = _resolve_split(qconfig, name, module, suffix, dtype, shape, semantics, cache)
+        assert t.module == module_names[module_col[row]], (t.module, name)
+        role[row] = ROLE_CODES[t.role]
+        scheme[row] = number(t.scheme)
+    del module_of, names
+    columns = ResolvedColumns(
+        table, role, scheme, module_col, suffix_col, schemes, module_names, suffixes
+    )
     if isinstance(qconfig, DeepSeekV4Config):
-        tensors.update(_dsv4_float_linears(catalog, qconfig, tensors, modules))
-    return ResolvedCatalog(qconfig=qconfig, tensors=tensors, modules=modules)
+        _dsv4_float_linears(catalog, qconfig, columns)
+    return ResolvedCatalog(qconfig=qconfig, columns=columns)
 
 
-def _dsv4_float_linears(
-    catalog: Catalog,
-    qconfig: DeepSeekV4Config,
-    tensors: dict[str, ResolvedTensor],
-    modules: dict[str, dict[str, str]],
-) -> dict[str, ResolvedTensor]:
+def _dsv4_float_linears(catalog: Catalog, qconfig: DeepSeekV4Config, cols: ResolvedColumns) -> None:
     """DeepSeek-V4 stores some linears in float with no ``.scale`` (the config cannot say):
-    the tensors of such modules, resolved unquantized (name -> replacement)."""
-    out: dict[str, ResolvedTensor] = {}
-    for parts in modules.values():
-        w = parts.get("weight")
-        if w is None or tensors[w].role != "weight" or not tensors[w].scheme.quantized:
+    the tensors of such modules are resolved unquantized (their scheme column rewritten)."""
+    rule = "deepseek_v4: float weight without .scale (module built unquantized)"
+    floating: int | None = None
+    scale_codes = [ROLE_CODES[r] for r in SCALE_ROLES]
+    for _, rows in cols.rows_by_module():
+        weight = next((r for r in rows if cols.suffixes[cols.suffix[r]] == "weight"), None)
+        if weight is None or cols.role[weight] != ROLE_CODES["weight"]:
             continue
-        has_scale = any(tensors[n].role in SCALE_ROLES for n in parts.values())
-        if catalog.tensors[w].dtype in FLOAT_DTYPES and not has_scale:
-            rule = "deepseek_v4: float weight without .scale (module built unquantized)"
-            scheme = unquantized(qconfig.source, rule)
-            out.update((n, tensors[n]._replace(scheme=scheme)) for n in parts.values())
-    return out
+        if not cols.schemes[cols.scheme[weight]].quantized:
+            continue
+        if any(cols.role[r] in scale_codes for r in rows):
+            continue
+        if catalog.table.dtype_shape_of(weight)[0] in FLOAT_DTYPES:
+            if floating is None:
+                floating = len(cols.schemes)
+                cols.schemes.append(unquantized(qconfig.source, rule))
+            cols.scheme[rows] = floating
