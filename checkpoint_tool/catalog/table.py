@@ -240,7 +240,7 @@ class TensorTable:
         file_of = self._file_of[rows].tolist()
         dtypes = self._dtypes[rows].tolist()
         begins, ends = self._begins[rows].tolist(), self._ends[rows].tolist()
-        shape = self._shape_reader()
+        shape = self.shape_reader()
         for k, r in enumerate(rows.tolist()):
             yield _new(
                 TensorEntry,
@@ -281,7 +281,7 @@ class TensorTable:
 
     # -- bulk ---------------------------------------------------------------------------
 
-    def _shape_reader(self) -> Any:
+    def shape_reader(self) -> Any:
         """``row -> shape tuple``, sharing one tuple per distinct shape."""
         dims, off = self._dims.tolist(), self._shape_off.tolist()
         seen: dict[tuple[int, ...], tuple[int, ...]] = {}
@@ -294,7 +294,7 @@ class TensorTable:
 
     def shapes(self) -> Iterator[tuple[int, ...]]:
         """Every row's shape, in order (equal shapes share one tuple)."""
-        return map(self._shape_reader(), range(self._n))
+        return map(self.shape_reader(), range(self._n))
 
     def dtype_names(self) -> list[str]:
         """Every row's dtype name, in order."""

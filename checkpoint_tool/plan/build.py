@@ -16,6 +16,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from checkpoint_tool import __version__
@@ -24,6 +25,7 @@ from checkpoint_tool.plan.config_edit import check_schemes, edit_config, is_exac
 from checkpoint_tool.plan.inputs import PlanInputs, plan_inputs
 from checkpoint_tool.plan.layouts import get_layout
 from checkpoint_tool.plan.model import OutputFile, Plan, PlanOptions
+from checkpoint_tool.plan.output_table import Provenance
 from checkpoint_tool.plan.outputs import Planned, plan_outputs
 from checkpoint_tool.plan.source_label import source_label
 from checkpoint_tool.plan.summarize import plan_summary
@@ -64,10 +66,10 @@ def build_plan(
         | planned.unfused_modules
         | (set(renames) & _exact_entries(catalog.config))
     )
+    provenance: Mapping[str, list[str]] = Provenance(planned.outputs)
     check_notes = check_schemes(
-        catalog, inputs.resolved.tensors, config, planned.provenance, set(renames), strict
+        catalog, inputs.resolved.tensors, config, provenance, set(renames), strict
     )
-    provenance = planned.provenance
     if any(f.rank is not None for f in files):  # per-rank layouts: read off the pieces
         provenance = _piece_provenance(files)
     fse_on = sorted(k for k, v in inputs.fse_layers.items() if v)
@@ -159,11 +161,13 @@ def _piece_provenance(files: list[OutputFile]) -> dict[str, list[str]]:
 def _unfused_excludes(inputs: PlanInputs, planned: Planned) -> list[str]:
     """FusedMoE modules whose float 3-D experts were unfused but whose per-expert names the
     config would resolve as quantized (Quark's fused-parameter quirk)."""
+    from checkpoint_tool.plan.experts import expert_modules
     from checkpoint_tool.quant.resolve import resolve_tensor
 
     out: set[str] = set()
+    modules = expert_modules(inputs.facts) if planned.unfused_modules else {}
     for name in planned.unfused_modules:
-        layer = inputs.experts[name].layer
+        layer = modules[name].layer
         per_expert = f"{layer.routed_prefix}.0.{layer.proj_name('gate')}.weight"
         stored = inputs.resolved.tensors[name].scheme
         configured = resolve_tensor(inputs.resolved.qconfig, per_expert).scheme

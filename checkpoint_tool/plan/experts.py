@@ -7,17 +7,19 @@ down; a fused ``gate_up`` weight holds two segments of rows (gate then up).
 
 Example::
 
-    parts = index_experts(facts, resolved.tensors)
-    parts["model.layers.3.mlp.experts.7.down_proj.weight_scale"]
+    parts = expert_modules(facts)
+    parts["model.layers.3.mlp.experts.7.down_proj"]
     # ExpertPart(layer=<facts of layer 3>, kind='routed', proj='down', index=7, fused_3d=False)
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from checkpoint_tool.model import PROJS, ModelFacts, MoeLayerFacts
+
+if TYPE_CHECKING:
+    from checkpoint_tool.quant.resolved import ResolvedColumns
 
 PartProj = Literal["gate", "up", "down", "gate_up"]
 
@@ -47,12 +49,9 @@ class ExpertPart(NamedTuple):
         return 2 if self.proj == "gate_up" else 1
 
 
-def index_experts(facts: ModelFacts, resolved: Mapping[str, Any]) -> dict[str, ExpertPart]:
-    """tensor name -> ``ExpertPart`` for every tensor of a routed or shared expert projection.
-
-    ``resolved`` maps names to objects with a ``module`` (``quant.resolve.ResolvedTensor``);
-    3-D fused expert parameters are their own module.
-    """
+def expert_modules(facts: ModelFacts) -> dict[str, ExpertPart]:
+    """module name -> ``ExpertPart`` for every routed and shared expert projection module the
+    facts name (3-D fused expert parameters are their own module: the tensor name)."""
     modules: dict[str, ExpertPart] = {}
     for layer in facts.moe_layers:
         naming = layer.naming
@@ -81,4 +80,15 @@ def index_experts(facts: ModelFacts, resolved: Mapping[str, Any]) -> dict[str, E
                 for proj in PROJS:
                     kind = "gate_up" if fused and proj != "down" else proj
                     modules[layer.shared_module(proj, j)] = ExpertPart(layer, "shared", kind, j)
-    return {name: modules[t.module] for name, t in resolved.items() if t.module in modules}
+    return modules
+
+
+def expert_parts_by_module(facts: ModelFacts, columns: ResolvedColumns) -> dict[int, ExpertPart]:
+    """module number (``columns.module``) -> ``ExpertPart``, for the resolved catalog's modules
+    that are expert projections."""
+    out: dict[int, ExpertPart] = {}
+    for module, part in expert_modules(facts).items():
+        k = columns.module_id(module)
+        if k is not None:
+            out[k] = part
+    return out

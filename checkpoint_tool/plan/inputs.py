@@ -18,10 +18,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.model import ModelFacts
-from checkpoint_tool.plan.experts import ExpertPart, index_experts
 from checkpoint_tool.plan.geometry import Geometry, plan_geometry
 from checkpoint_tool.plan.model import PlanOptions
 from checkpoint_tool.policy.decision import PolicyDecision
@@ -39,6 +40,13 @@ def layer_of(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def layer_column(names: list[str]) -> np.ndarray:
+    """``layer_of`` of every name, -1 for None (int32)."""
+    return np.fromiter(
+        (int(m.group(1)) if m else -1 for m in map(_LAYER.search, names)), np.int32, len(names)
+    )
+
+
 @dataclass(frozen=True)
 class PlanInputs:
     catalog: Catalog
@@ -46,7 +54,6 @@ class PlanInputs:
     recipe: Recipe
     options: PlanOptions
     rules: RuleSet
-    experts: dict[str, ExpertPart]
     #: MoE layer -> shared experts redirected into routed slots (policy AND recipe support)
     fse_layers: dict[int, bool]
     geometry: Geometry
@@ -73,9 +80,6 @@ class PlanInputs:
             codec = self.codecs[key] = get_storage_format(scheme)
         return codec
 
-    def weight_of(self, module: str) -> str | None:
-        """The ``.weight`` tensor of an expert ``module`` (the resolver's module index)."""
-        return self.resolved.modules.get(module, {}).get("weight")
 
 
 def plan_inputs(
@@ -97,7 +101,6 @@ def plan_inputs(
         recipe=recipe,
         options=options,
         rules=RuleSet(recipe, catalog.config or {}),
-        experts=index_experts(decision.facts, decision.resolved.tensors),
         fse_layers=fse,
         geometry=geometry,
         notes=notes,

@@ -23,7 +23,7 @@ Example (TP rank 1 of 2 of an MXFP4 down projection, padded from 96 to 128 per r
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -101,7 +101,8 @@ class OutputFile:
     """One safetensors file of the output. ``rank`` is set for per-rank (vllm-sharded) files."""
 
     name: str
-    tensors: list[OutputTensor]
+    #: a list, or rows of the planner's output table (``plan.output_table.OutputRows``)
+    tensors: Sequence[OutputTensor]
     nbytes: int = 0
     rank: int | None = None
 
@@ -193,8 +194,9 @@ class Plan:
     #: per MoE layer: whether the shared expert was redirected into routed slots
     fse_layers: dict[int, bool] = field(default_factory=dict)
     #: name in source -> name in output (for lossless verify and reports); one source may map to
-    #: several outputs (TP slices, FSE chunks)
-    provenance: dict[str, list[str]] = field(default_factory=dict)
+    #: several outputs (TP slices, FSE chunks); sources in name order. A planned plan holds a
+    #: view over its output rows (``plan.output_table.Provenance``), a plan read back a dict
+    provenance: Mapping[str, list[str]] = field(default_factory=dict)
     #: the plan in numbers (what ``ckpt plan`` prints); None for hand-made plans
     summary: PlanSummary | None = None
     #: findings a reviewer should read before converting (one line each)

@@ -1,6 +1,6 @@
 """Every source tensor -> its output tensor(s) or a reasoned drop (names, pieces, shapes).
 
-One pass over the catalog, in name order. For each tensor:
+The sources are taken in name order, as columns (``catalog.table``, ``resolved.columns``):
 
 1. outside ``--layers``: dropped (rule ``layers``);
 2. the recipe's drop rules;
@@ -11,183 +11,307 @@ One pass over the catalog, in name order. For each tensor:
    shared width (shared experts that stay shared), or ``keep`` when nothing pads;
 6. everything else: ``keep``.
 
-The kinds are pure functions (``plan.kinds``); this module picks one per tensor, names the
-outputs through the recipe's rules (``RuleSet.rename``), and checks the result: collisions
-(two sources, one name), unmatched tensors and, when the loader re-applies the rules, names
-it would rename again.
+Steps 5 and 6 are the bulk (about every tensor of a full-size model): their names go through
+the recipe's rules as one column (``RuleSet.rename_all``) and each distinct placement is made
+once (``plan.kinds``; the 256 experts of a layer and projection share one ``Form``). Steps 3
+and 4 go tensor by tensor. The result is an ``OutputTable`` whose rows reference the
+catalog's rows, in plan order (by source name; a source's outputs in placement order). Then
+the checks: collisions (two sources, one name), unmatched tensors and, when the loader
+re-applies the rules, names it would rename again.
 
 Example::
 
     planned = plan_outputs(inputs)
     planned.tensors[0]
-    # OutputTensor(name='model.embed_tokens.weight', dtype='BF16', shape=(512, 256),
+    # OutputTensor(name='model.embed_tokens.weight', dtype='BF16', shape=[512, 256],
     #              pieces=(Piece(source='model.embed_tokens.weight'),), ops=('copy',))
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
+from typing import NamedTuple
+
+import numpy as np
 
 from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.catalog.safetensors_format import storage_shape, tensor_nbytes
 from checkpoint_tool.errors import InputError, UsageError, first_few
-from checkpoint_tool.plan.experts import ExpertPart
-from checkpoint_tool.plan.inputs import PlanInputs, layer_of
-from checkpoint_tool.plan.kinds import (
-    PlacementCache,
-    check_intermediate,
-    keep,
-    pad,
-    redirect,
-    unfuse,
-)
-from checkpoint_tool.plan.model import DroppedTensor, OutputTensor
+from checkpoint_tool.plan.experts import ExpertPart, expert_parts_by_module
+from checkpoint_tool.plan.inputs import PlanInputs, layer_column
+from checkpoint_tool.plan.kinds import PlacementCache, check_intermediate, pad, redirect, unfuse
+from checkpoint_tool.plan.model import COPY_OPS, DroppedTensor
+from checkpoint_tool.plan.output_table import KIND, Form, OutputRows, OutputTable
 from checkpoint_tool.plan.pieces import Placement
-from checkpoint_tool.quant.resolve import ResolvedTensor, split_tensor_name
-from checkpoint_tool.quant.scheme import Scheme
+from checkpoint_tool.quant.resolve import split_tensor_name
+from checkpoint_tool.quant.resolved import ROLE_CODES, ROLES
 from checkpoint_tool.quant.storage import StorageFormat
 from checkpoint_tool.recipes import Renamed
 
 
+class OutputFacts(NamedTuple):
+    """What reports need of an output a layout builds itself (not a row of the table)."""
+
+    kind: str
+    padded: bool
+    expert: bool
+    nbytes: int
+
+
 @dataclass
 class Planned:
-    """Output tensors (not yet grouped into files) and the bookkeeping reports need."""
+    """The planned output tensors (rows of ``outputs``, not yet grouped into files) and the
+    bookkeeping reports need."""
 
-    tensors: list[OutputTensor] = field(default_factory=list)
+    outputs: OutputTable
     dropped: list[DroppedTensor] = field(default_factory=list)
-    provenance: dict[str, list[str]] = field(default_factory=dict)
-    #: output name -> "renamed" | "redirected" | "unfused" (absent: "kept")
-    kinds: dict[str, str] = field(default_factory=dict)
-    padded: set[str] = field(default_factory=set)
-    #: output names of expert tensors (TP-split by the engine), for per-rank estimates
-    experts: set[str] = field(default_factory=set)
     #: source module -> output modules it was renamed/redirected to (config edits)
     module_renames: dict[str, set[str]] = field(default_factory=dict)
     #: source modules redirected into routed slots (FSE)
     redirected_modules: set[str] = field(default_factory=set)
     #: 3-D fused expert tensors written as one tensor per expert (their names)
     unfused_modules: set[str] = field(default_factory=set)
-    #: output name -> tensor data bytes
-    nbytes: dict[str, int] = field(default_factory=dict)
+    #: outputs a layout builds from the planned ones (vllm-sharded's engine parameters)
+    built: dict[str, OutputFacts] = field(default_factory=dict)
 
-    def kind(self, name: str) -> str:
-        return self.kinds.get(name, "kept")
+    @property
+    def tensors(self) -> OutputRows:
+        """Every planned output, as records made on demand, in plan order."""
+        return self.outputs.rows(np.arange(len(self.outputs)))
 
 
-#: an output: its name (the recipe's rules applied) and how its bytes are made
-Placed = tuple[Renamed, Placement]
+@dataclass
+class _Log:
+    """Per output row, in the order rows are added: what the checks need of its name."""
+
+    written: list[str] = field(default_factory=list)
+    engine: list[str] = field(default_factory=list)
+    steps: list[tuple[str, ...]] = field(default_factory=list)
+    kept: list[bool] = field(default_factory=list)
+    #: per output row: its place among a source's outputs (0 for the first)
+    sub: list[int] = field(default_factory=list)
 
 
 def plan_outputs(inputs: PlanInputs) -> Planned:
     """Place every source tensor of ``inputs.catalog`` (see the module docstring)."""
-    out = Planned()
-    wanted = set(inputs.options.layers) if inputs.options.layers is not None else None
-    unmatched: list[str] = []
-    sources: dict[str, tuple[str, Renamed]] = {}
-    rules = inputs.rules
-    cutter = _Cutter(inputs)
-    ops_cache: dict[tuple, tuple[str, ...]] = {}
-    experts_get = inputs.experts.get
-    resolved = inputs.resolved.tensors
-    rename = rules.rename
-    aligned = not inputs.geometry.pads
-    # one record per source tensor, made here from the table in name order
-    for entry in inputs.catalog.table.entries_by_name():
-        name = entry.name
-        if wanted is not None and layer_of(name) not in wanted:
-            where = ",".join(map(str, sorted(wanted)))
-            out.dropped.append(
-                DroppedTensor(name=name, rule="layers", reason=f"outside --layers {where}")
-            )
-            continue
-        drop = rules.drop_reason(name)
-        if drop is not None:
-            out.dropped.append(DroppedTensor(name=name, rule=drop[0], reason=drop[1]))
-            continue
-        part = experts_get(name)
-        if part is None or (aligned and part.kind == "routed" and not part.fused_3d):
-            placed = _kept(rename, name, resolved[name], entry)
+    table = inputs.catalog.table
+    names = table.names()
+    order = table.by_name().tolist()
+    layers = layer_column(names)
+    out = Planned(OutputTable(table))
+    rows = _drops(inputs, out, names, layers, order)
+    cols = inputs.resolved.columns
+    parts = expert_parts_by_module(inputs.facts, cols)
+    part_of: list[ExpertPart | None] = (
+        [parts.get(m) for m in cols.module.tolist()] if parts else [None] * len(names)
+    )
+    bulk: list[int] = []
+    single: list[int] = []
+    for row in rows:
+        part = part_of[row]
+        if part is not None and (
+            part.fused_3d or (part.kind == "shared" and inputs.fse_layers.get(part.layer.layer))
+        ):
+            single.append(row)
         else:
-            placed = _place(inputs, entry, part, cutter)
-        for renamed, placement in placed:
-            if not renamed.matched:
-                unmatched.append(name)
-            assert renamed.name is not None
-            if renamed.name in sources:
-                other, prev = sources[renamed.name]
-                raise InputError(
-                    f"{inputs.catalog.root}: tensors {other!r} and {name!r} would both be "
-                    f"written as {renamed.name!r} (rules {', '.join(prev.steps) or 'none'} / "
-                    f"{', '.join(renamed.steps) or 'none'}); add a drop rule for one of them "
-                    "in a recipe file (--recipe PATH)"
-                )
-            sources[renamed.name] = (name, renamed)
-            _record(inputs, out, entry, renamed, placement, part, ops_cache)
-    if unmatched:
-        raise InputError(
-            f"{inputs.catalog.root}: {len(unmatched)} tensor(s) match no rule of recipe "
-            f"{inputs.recipe.name}: {first_few(unmatched)}; give the right "
-            "--recipe, or add drop/keep/accept rules in a recipe file (--recipe PATH)"
-        )
-    if inputs.recipe.loader_reapplies_rules:
-        _check_fixed_points(inputs, sources)
+            bulk.append(row)
+    log = _Log()
+    cutter = _Cutter(inputs)
+    _place_bulk(inputs, out, names, part_of, bulk, cutter, log)
+    for row in single:
+        part = part_of[row]
+        assert part is not None
+        _record(inputs, out, row, part, _place(inputs, table.entry(row), row, part, cutter), log)
+    # plan order: by source name, then a source's outputs in the order they were placed
+    rank = np.empty(len(names), np.int64)
+    rank[np.asarray(rows, np.int64)] = np.arange(len(rows))
+    perm = np.lexsort((np.asarray(log.sub, np.int64), rank[out.outputs.columns()[0]]))
+    out.outputs.reorder(perm)
+    _check(inputs, out, log, perm.tolist())
     return out
 
 
-def _kept(
-    rename: Callable[..., Renamed], name: str, rt: ResolvedTensor, entry: TensorEntry
-) -> list[Placed]:
-    """A tensor written as it is (no expert, or a routed expert that needs no padding): the
-    recipe's name for it and a ``keep``. The fast path of the loop: ~90k tensors of a
-    full-size model take it, so ``plan_outputs`` binds ``rename`` once and calls it here."""
-    renamed = rename(name, scheme=rt.scheme, is_scale=rt.role == "scale", drop_checked=True)
-    return [(renamed, keep(entry))]
+def _drops(
+    inputs: PlanInputs, out: Planned, names: list[str], layers: np.ndarray, order: list[int]
+) -> list[int]:
+    """Record the ``--layers`` and recipe drops in name order; the rows left, in order."""
+    wanted = set(inputs.options.layers) if inputs.options.layers is not None else None
+    where = ",".join(map(str, sorted(wanted))) if wanted is not None else ""
+    rules = inputs.rules
+    hits = rules.drop_hits([names[r] for r in order])
+    layer_of = layers.tolist()
+    left: list[int] = []
+    for k, row in enumerate(order):
+        if wanted is not None and layer_of[row] not in wanted:
+            reason = f"outside --layers {where}"
+            out.dropped.append(DroppedTensor(name=names[row], rule="layers", reason=reason))
+            continue
+        drop = rules.drop_reason(names[row]) if hits is not None and hits[k] else None
+        if drop is None:
+            left.append(row)
+        else:
+            out.dropped.append(DroppedTensor(name=names[row], rule=drop[0], reason=drop[1]))
+    return left
+
+
+def _place_bulk(
+    inputs: PlanInputs,
+    out: Planned,
+    names: list[str],
+    part_of: list[ExpertPart | None],
+    rows: list[int],
+    cutter: _Cutter,
+    log: _Log,
+) -> None:
+    """Steps 5 and 6 for ``rows`` (name order): one rename column, one form per placement."""
+    cols, table = inputs.resolved.columns, inputs.catalog.table
+    schemes = cols.schemes
+    scheme_of = cols.scheme.tolist()
+    sources = [names[r] for r in rows]
+    at = np.asarray(rows, np.int64)
+    is_scale = (cols.role[at] == ROLE_CODES["scale"]).astype(np.uint8).tobytes()
+    renamed = inputs.rules.rename_all(sources, [schemes[scheme_of[r]] for r in rows], is_scale)
+    dtypes, shape_of = table.dtype_names(), table.shape_reader()
+    nbytes = table.nbytes_column().tolist()
+    pads = inputs.geometry.pads
+    forms = np.empty(len(rows), np.int32)
+    sizes = np.empty(len(rows), np.int64)
+    kinds = np.empty(len(rows), np.uint8)
+    own: list[str | None] = []
+    outputs, module_renames = out.outputs, out.module_renames
+    #: (placement, rename history) -> (form number, bytes; -1: the source's)
+    seen: dict[tuple, tuple[int, int]] = {}
+    for k, row in enumerate(rows):
+        name, written, steps, kept = sources[k], renamed.written[k], renamed.steps[k], renamed.kept[k]
+        how = "same" if written == name else "renamed"
+        part = part_of[row]
+        if part is None or not pads:
+            key: tuple = (dtypes[row], shape_of(row), steps, kept, how)
+            hit = seen.get(key)
+            if hit is None:
+                ops = _ops(COPY_OPS, steps, bool(kept), how)
+                form = Form(dtypes[row], key[1], (((), ()),), ops=ops, copy=True)
+                hit = seen[key] = (outputs.form_id(form), -1)
+        else:
+            placement = cutter.bulk_pad(row, part)
+            key = (id(placement), steps, kept, how)
+            hit = seen.get(key)
+            if hit is None:
+                form = _form(dtypes[row], placement, _ops(placement.ops, steps, bool(kept), how))
+                size = -1 if placement.copy else tensor_nbytes(form.dtype, form.shape)
+                hit = seen[key] = (outputs.form_id(form), size)
+        forms[k] = hit[0]
+        sizes[k] = hit[1] if hit[1] >= 0 else nbytes[row]
+        if how == "same":
+            own.append(None)
+            kinds[k] = KIND["kept"]
+            continue
+        own.append(written)
+        kinds[k] = KIND["renamed"]
+        src_module = cols.module_names[cols.module[row]]
+        out_module = split_tensor_name(written)[0] if src_module != name else written
+        if out_module != src_module:
+            module_renames.setdefault(src_module, set()).add(out_module)
+    expert = np.fromiter((p is not None for p in map(part_of.__getitem__, rows)), bool, len(rows))
+    layer = np.fromiter(
+        (p.layer.layer if p is not None else -1 for p in map(part_of.__getitem__, rows)),
+        np.int32,
+        len(rows),
+    )
+    outputs.extend(at, forms, layer, kinds, expert, sizes, own)
+    log.written.extend(renamed.written)
+    log.engine.extend(renamed.engine)
+    log.steps.extend(renamed.steps)
+    log.kept.extend(map(bool, renamed.kept))
+    log.sub.extend([0] * len(rows))
 
 
 def _place(
-    inputs: PlanInputs, entry: TensorEntry, part: ExpertPart, cutter: _Cutter
-) -> list[Placed]:
-    """Which kind applies to expert tensor ``entry``, its placement(s), and the name(s) they
-    are written as (a tensor of no expert is a ``keep``, decided by the caller)."""
+    inputs: PlanInputs, entry: TensorEntry, row: int, part: ExpertPart, cutter: _Cutter
+) -> list[tuple[Renamed, Placement]]:
+    """Steps 3 and 4: the placements of 3-D fused expert tensor or FSE shared-expert tensor
+    ``entry`` (catalog row ``row``) and the names they are written as."""
+    cols = inputs.resolved.columns
     name = entry.name
-    rt = cutter.resolved[name]
-    is_scale = rt.role == "scale"
-    rename = partial(inputs.rules.rename, scheme=rt.scheme, drop_checked=True)
+    scheme = cols.schemes[cols.scheme[row]]
+    role = ROLES[cols.role[row]]
+    is_scale = role == "scale"
+    rename = partial(inputs.rules.rename, scheme=scheme, drop_checked=True)
     geo = inputs.geometry
     layer = part.layer
     if part.fused_3d:
-        placed = unfuse(entry, rt.role, inputs.codec(rt.scheme), part, target=geo.routed_target())
+        placed = unfuse(entry, role, inputs.codec(scheme), part, target=geo.routed_target())
         return [
             (replace(rename(per_expert, is_scale=False), source=name, unfused=True), p)
             for per_expert, p in placed
         ]
-    fused = part.kind == "shared" and inputs.fse_layers.get(layer.layer, False)
-    if not fused and not geo.pads:  # nothing to cut or pad: a TP-aligned checkpoint
-        return [(rename(name, is_scale=is_scale), keep(entry))]
-    if part.kind == "routed":
-        width = layer.moe_intermediate_size
-    elif part.index is not None:
-        width = layer.shared_chunk_size
-    else:
-        width = layer.shared_intermediate_size
-    if fused:
-        target = geo.routed_target()
-        chunked = redirect(
-            entry,
-            split_tensor_name(name)[1],
-            part,
-            lambda ranges: cutter.cut(entry, rt, part, ranges, target, width),
-        )
-        return [
-            (rename(name, redirect_to=chunk.target, is_scale=is_scale), p) for chunk, p in chunked
-        ]
-    target = (
-        geo.routed_target() if part.kind == "routed" else geo.shared_target(layer.n_shared, width)
+    width = layer.shared_chunk_size if part.index is not None else layer.shared_intermediate_size
+    target = geo.routed_target()
+    chunked = redirect(
+        entry,
+        split_tensor_name(name)[1],
+        part,
+        lambda ranges: cutter.cut(entry, row, part, ranges, target, width),
     )
-    ranges = cutter.whole(width, part.segments)
-    return [(rename(name, is_scale=is_scale), cutter.cut(entry, rt, part, ranges, target, width))]
+    return [(rename(name, redirect_to=chunk.target, is_scale=is_scale), p) for chunk, p in chunked]
+
+
+def _record(
+    inputs: PlanInputs,
+    out: Planned,
+    row: int,
+    part: ExpertPart,
+    placed: list[tuple[Renamed, Placement]],
+    log: _Log,
+) -> None:
+    """Add the outputs of one source tensor placed one by one (steps 3 and 4)."""
+    table, cols = inputs.catalog.table, inputs.resolved.columns
+    entry = table.entry(row)
+    source, dtype = entry.name, entry.dtype
+    src_module = cols.module_names[cols.module[row]]
+    for sub, (renamed, placement) in enumerate(placed):
+        name = renamed.name
+        assert name is not None
+        how = "same" if name == source else "unfused" if renamed.unfused else "renamed"
+        kind = (
+            "kept" if name == source
+            else "unfused" if renamed.unfused
+            else "redirected" if renamed.redirected
+            else "renamed"
+        )  # fmt: skip
+        form = out.outputs.form_id(_form(dtype, placement, _ops(placement.ops, renamed.steps, renamed.kept, how)))
+        size = entry.nbytes if placement.copy else tensor_nbytes(dtype, tuple(placement.shape))
+        out.outputs.add(
+            row, form, layer=part.layer.layer, kind=KIND[kind], expert=True, nbytes=size,
+            name=None if name == source else name,
+        )  # fmt: skip
+        log.written.append(name)
+        log.engine.append(renamed.engine_name or name)
+        log.steps.append(renamed.steps)
+        log.kept.append(renamed.kept)
+        log.sub.append(sub)
+        if renamed.unfused:
+            out.unfused_modules.add(source)
+        if name != source:
+            out_module = split_tensor_name(name)[0] if src_module != source else name
+            if out_module != src_module:
+                out.module_renames.setdefault(src_module, set()).add(out_module)
+            if renamed.redirected:
+                out.redirected_modules.add(src_module)
+
+
+def _form(dtype: str, placement: Placement, ops: tuple[str, ...]) -> Form:
+    return Form(
+        dtype,
+        tuple(placement.shape),
+        tuple((tuple(p.slices), tuple(p.pads)) for p in placement.pieces),
+        placement.combine,
+        placement.axis,
+        ops,
+        placement.copy,
+        placement.padded,
+    )
 
 
 class _Cutter:
@@ -196,55 +320,72 @@ class _Cutter:
 
     def __init__(self, inputs: PlanInputs) -> None:
         self.inputs = inputs
-        self.tensors = inputs.catalog.tensors
-        self.resolved = inputs.resolved.tensors
+        self.table = inputs.catalog.table
+        cols = self.cols = inputs.resolved.columns
+        self.weight_row = cols.weight_rows()
         self.cache: PlacementCache = {}
-        #: the last weight scheme seen and its codec: the experts of a layer share one Scheme
-        #: object (the resolver's cache), so consecutive tensors skip the codec lookup
-        self.scheme: Scheme | None = None
-        self.codec: StorageFormat | None = None
+        self.codecs: dict[int, StorageFormat] = {}
         self.logical: dict[tuple, tuple[int, ...]] = {}
-        self._whole: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        self.bulk: dict[tuple, Placement] = {}
 
-    def whole(self, width: int, segments: int) -> list[tuple[int, int]]:
-        """The ranges of a whole expert tensor: ``segments`` blocks of ``width`` (read-only)."""
-        ranges = self._whole.get((width, segments))
-        if ranges is None:
-            ranges = self._whole[width, segments] = [
-                (k * width, (k + 1) * width) for k in range(segments)
-            ]
-        return ranges
+    def codec(self, scheme_id: int) -> StorageFormat:
+        codec = self.codecs.get(scheme_id)
+        if codec is None:
+            codec = self.codecs[scheme_id] = self.inputs.codec(self.cols.schemes[scheme_id])
+        return codec
+
+    def bulk_pad(self, row: int, part: ExpertPart) -> Placement:
+        """Step 5 for the expert tensor at ``row``: the same ``Placement`` object for every
+        expert of a layer and projection (cached by everything ``pad`` reads but the name)."""
+        layer = part.layer
+        geo = self.inputs.geometry
+        if part.kind == "routed":
+            width, target = layer.moe_intermediate_size, geo.routed_target()
+        else:
+            width = layer.shared_chunk_size if part.index is not None else layer.shared_intermediate_size
+            target = geo.shared_target(layer.n_shared, width)
+        weight = self._weight(row)
+        key = (
+            self.cols.role[row], self.table.dtype_shape_of(row), self.table.dtype_shape_of(weight),
+            int(self.cols.scheme[weight]), part.dim, part.proj, part.segments, width, target,
+        )  # fmt: skip
+        placement = self.bulk.get(key)
+        if placement is None:
+            ranges = [(k * width, (k + 1) * width) for k in range(part.segments)]
+            placement = self.bulk[key] = self.cut(self.table.entry(row), row, part, ranges, target, width)
+        return placement
+
+    def _weight(self, row: int) -> int:
+        weight = int(self.weight_row[self.cols.module[row]])
+        if weight < 0:
+            module = self.cols.module_names[self.cols.module[row]]
+            raise InputError(
+                f"{self.inputs.catalog.root}: tensor {self.table.name(row)!r} belongs to expert "
+                f"module {module!r}, which has no weight tensor; the checkpoint is incomplete"
+            )
+        return weight
 
     def cut(
         self,
         entry: TensorEntry,
-        rt: ResolvedTensor,
+        row: int,
         part: ExpertPart,
         ranges: list[tuple[int, int]],
         target: int,
         width: int,
     ) -> Placement:
-        weight = self.inputs.weight_of(rt.module)
-        if weight is None:
-            raise InputError(
-                f"{self.inputs.catalog.root}: tensor {entry.name!r} belongs to expert module "
-                f"{rt.module!r}, which has no weight tensor; the checkpoint is incomplete"
-            )
-        # the weight's record: this one, or made from the table (the scales of a module)
-        w_entry = entry if weight == entry.name else self.tensors[weight]
-        scheme = self.resolved[weight].scheme
-        if scheme is not self.scheme or self.codec is None:
-            self.scheme, self.codec = scheme, self.inputs.codec(scheme)
-        codec = self.codec
+        weight = self._weight(row)
+        w_entry = entry if weight == row else self.table.entry(weight)
+        codec = self.codec(int(self.cols.scheme[weight]))
         key = (codec, w_entry.dtype, w_entry.shape)
         logical = self.logical.get(key)
         if logical is None:
-            storage = storage_shape(w_entry.dtype, w_entry.shape, name=weight)
+            storage = storage_shape(w_entry.dtype, w_entry.shape, name=w_entry.name)
             logical = self.logical[key] = tuple(codec.logical_shape(storage))
         check_intermediate(w_entry, part, logical[part.dim % len(logical)], width * part.segments)
         return pad(
             entry,
-            rt.role,
+            ROLES[self.cols.role[row]],
             codec,
             logical,
             part,
@@ -255,82 +396,56 @@ class _Cutter:
         )
 
 
-def _record(
-    inputs: PlanInputs,
-    out: Planned,
-    entry: TensorEntry,
-    renamed: Renamed,
-    placement: Placement,
-    part: ExpertPart | None,
-    ops_cache: dict[tuple, tuple[str, ...]],
-) -> None:
-    source = entry.name
-    name = renamed.name
-    assert name is not None
-    if name != source:
-        out.kinds[name] = (
-            "unfused" if renamed.unfused else "redirected" if renamed.redirected else "renamed"
-        )
-        if renamed.unfused:
-            out.unfused_modules.add(source)
-    how = "same" if name == source else "unfused" if renamed.unfused else "renamed"
-    key = (placement.ops, renamed.steps, renamed.kept, how)
-    ops = ops_cache.get(key)  # one tuple per distinct history: shared by thousands of tensors
-    if ops is None:
-        ops = ops_cache[key] = _ops(placement.ops, renamed, how)
-    out.tensors.append(
-        OutputTensor(
-            name,
-            entry.dtype,
-            placement.shape,
-            placement.pieces,
-            placement.combine,  # type: ignore[arg-type]
-            placement.axis,
-            ops,
-            part.layer.layer if part is not None else None,
-        )
-    )
-    out.nbytes[name] = (
-        entry.nbytes if placement.copy else tensor_nbytes(entry.dtype, tuple(placement.shape))
-    )
-    out.provenance.setdefault(source, []).append(name)
-    if placement.padded:
-        out.padded.add(name)
-    if part is not None:
-        out.experts.add(name)
-    if name != source:
-        src_module = inputs.resolved.tensors[source].module
-        out_module = split_tensor_name(name)[0] if src_module != source else name
-        if out_module != src_module:
-            out.module_renames.setdefault(src_module, set()).add(out_module)
-        if renamed.redirected:
-            out.redirected_modules.add(src_module)
-
-
-def _ops(ops: tuple[str, ...], renamed: Renamed, how: str) -> tuple[str, ...]:
+def _ops(ops: tuple[str, ...], steps: tuple[str, ...], kept: bool, how: str) -> tuple[str, ...]:
     """The placement's ops plus what the recipe's rules did to the name (``how``: written
     under its ``same`` name, ``unfused`` from a 3-D tensor, or ``renamed``)."""
     if how == "unfused":
         return ops
     if how == "same":
-        return (*ops, f"keep ({renamed.steps[-1]})") if renamed.kept else ops
-    rule_steps = [s for s in renamed.steps if s != "fse"]
-    if renamed.kept:
+        return (*ops, f"keep ({steps[-1]})") if kept else ops
+    rule_steps = [s for s in steps if s != "fse"]
+    if kept:
         return (*ops, f"keep ({rule_steps[-1]})")
     if rule_steps:
         return (*ops, f"rename ({', '.join(rule_steps)})")
     return ops
 
 
-def _check_fixed_points(inputs: PlanInputs, sources: dict[str, tuple[str, Renamed]]) -> None:
-    """The loader applies the rename rules again: it must end up where ckpt meant it to."""
-    for name, (source, renamed) in sources.items():
-        if renamed.kept:
+def _check(inputs: PlanInputs, out: Planned, log: _Log, perm: list[int]) -> None:
+    """Collisions, unmatched tensors and the loader's fixed points, in plan order."""
+    table = out.outputs
+    source_names = inputs.catalog.table.names()
+    source = table.columns()[0].tolist()
+    written = [log.written[k] for k in perm]
+    if len(set(written)) != len(written):
+        seen: dict[str, int] = {}
+        for row, name in enumerate(written):
+            first = seen.setdefault(name, row)
+            if first != row:
+                a, b = log.steps[perm[first]], log.steps[perm[row]]
+                raise InputError(
+                    f"{inputs.catalog.root}: tensors {source_names[source[first]]!r} and "
+                    f"{source_names[source[row]]!r} would both be written as {name!r} (rules "
+                    f"{', '.join(a) or 'none'} / {', '.join(b) or 'none'}); add a drop rule "
+                    "for one of them in a recipe file (--recipe PATH)"
+                )
+    unmatched = [source_names[source[row]] for row, k in enumerate(perm) if not log.steps[k]]
+    if unmatched:
+        raise InputError(
+            f"{inputs.catalog.root}: {len(unmatched)} tensor(s) match no rule of recipe "
+            f"{inputs.recipe.name}: {first_few(unmatched)}; give the right "
+            "--recipe, or add drop/keep/accept rules in a recipe file (--recipe PATH)"
+        )
+    if not inputs.recipe.loader_reapplies_rules:
+        return
+    for row, k in enumerate(perm):
+        if log.kept[k]:
             continue
-        again = inputs.rules.loader_view(name)
-        if again != renamed.engine_name:
+        again = inputs.rules.loader_view(written[row])
+        if again != log.engine[k]:
             raise UsageError(
-                f"recipe {inputs.recipe.name}: {source!r} is written as {name!r}, which the "
-                f"loader renames again to {again!r} instead of {renamed.engine_name!r}; mark "
-                "the rule that is not idempotent `at_load: true` in the recipe"
+                f"recipe {inputs.recipe.name}: {source_names[source[row]]!r} is written as "
+                f"{written[row]!r}, which the loader renames again to {again!r} instead of "
+                f"{log.engine[k]!r}; mark the rule that is not idempotent `at_load: true` in "
+                "the recipe"
             )

@@ -36,6 +36,7 @@ from typing import Any, Union
 from pydantic import BaseModel, Field, create_model
 
 from checkpoint_tool.plan.model import OutputFile, OutputTensor, Plan
+from checkpoint_tool.plan.output_table import OutputRows, Provenance
 from checkpoint_tool.regions import Pad, Piece, Region
 
 __all__ = [
@@ -154,9 +155,9 @@ def file_dump(f: OutputFile) -> dict[str, Any]:
     }
 
 
-def _head_dump(plan: Plan) -> dict[str, Any]:
-    """Every field but ``files``, as plain JSON data."""
-    return {
+def _head_dump(plan: Plan, *, provenance: bool = True) -> dict[str, Any]:
+    """Every field but ``files`` (and ``provenance`` unless asked for), as plain JSON data."""
+    head = {
         "ckpt_version": plan.ckpt_version,
         "source": plan.source,
         "source_revision": plan.source_revision,
@@ -166,10 +167,12 @@ def _head_dump(plan: Plan) -> dict[str, Any]:
         "config": plan.config,
         "side_files": list(plan.side_files),
         "fse_layers": {str(k): v for k, v in plan.fse_layers.items()},
-        "provenance": {k: list(v) for k, v in plan.provenance.items()},
         "summary": plan.summary.model_dump(mode="json") if plan.summary is not None else None,
         "notes": list(plan.notes),
     }
+    if provenance:
+        head["provenance"] = {k: list(v) for k, v in plan.provenance.items()}
+    return head
 
 
 def plan_dump(plan: Plan) -> dict[str, Any]:
@@ -209,9 +212,55 @@ def tensor_json(t: OutputTensor) -> str:
     )
 
 
-def file_json(f: OutputFile) -> str:
+class _Templates:
+    """An ``OutputRows`` file's tensors as text: one template per (form, layer), split
+    around the name and each piece's source, so a tensor is the template with its two names
+    put in. ``write(record)`` spells a template's record; ``names``: ``(encode, names)``."""
+
+    def __init__(self, write: Any, name_key: str, source_key: str, encode: Any) -> None:
+        self.write, self.encode = write, encode
+        self.name_key, self.source_key = name_key, source_key
+        self.parts: dict[tuple[int, int], tuple[str, list[str]]] = {}
+        self.names: list[str] | None = None
+        self.cols: list[list[int]] = []
+
+    def __call__(self, rows: OutputRows) -> Iterator[str]:
+        table = rows.table
+        if self.names is None:
+            self.names = table.sources.names()
+            self.cols = [c.tolist() for c in table.columns()[:3]]
+        names, encode, parts_of = self.names, self.encode, self.parts
+        own = table.names
+        source, form, layer = self.cols
+        nk, sk = self.name_key[:-2], self.source_key[:-2]
+        for r in rows.rows.tolist():
+            key = (form[r], layer[r])
+            parts = parts_of.get(key)
+            if parts is None:
+                text = self.write(table.record(r, "", ""))
+                head, rest = text.split(self.name_key, 1)
+                parts = parts_of[key] = (head, rest.split(self.source_key))
+            head, pieces = parts
+            src = encode(names[source[r]])
+            name = own[r]
+            name = encode(name) if name is not None else src
+            if len(pieces) == 2:
+                yield f"{head}{nk}{name}{pieces[0]}{sk}{src}{pieces[1]}"
+                continue
+            out = [head, nk, name, pieces[0]]
+            for piece in pieces[1:]:
+                out += (sk, src, piece)
+            yield "".join(out)
+
+
+def file_json(f: OutputFile, templates: _Templates | None = None) -> str:
     """``OutputFileDocument(...).model_dump_json()`` of ``f``."""
-    tensors = ",".join(map(tensor_json, f.tensors))
+    if isinstance(f.tensors, OutputRows):
+        if templates is None:
+            templates = _Templates(tensor_json, '"name":""', '"source":""', _c)
+        tensors = ",".join(templates(f.tensors))
+    else:
+        tensors = ",".join(map(tensor_json, f.tensors))
     return (
         f'{{"name":{_c(f.name)},"tensors":[{tensors}],"nbytes":{f.nbytes},"rank":{_opt(f.rank)}}}'
     )
@@ -219,15 +268,32 @@ def file_json(f: OutputFile) -> str:
 
 def plan_head_json(plan: Plan) -> str:
     """The compact JSON of ``plan`` without its files (``PlanDocument``'s ``model_dump_json``
-    with ``files`` excluded): the first part the plan hash reads."""
-    head = _head_dump(plan)
+    with ``files`` excluded): the first part the plan hash reads. The provenance (one entry
+    per source tensor) is written here, the rest by pydantic."""
+    head = _head_dump(plan, provenance=False)
     head["files"] = []
-    return plan_document().model_validate(head).model_dump_json(exclude={"files"})
+    text = plan_document().model_validate(head).model_dump_json(exclude={"files"})
+    # the last such key: a config value cannot hold it (quotes there are escaped)
+    before, sep, after = text.rpartition(',"provenance":{},"summary":')
+    assert sep, "the document's field order changed"
+    rows = ",".join(
+        f"{_c(k)}:[{','.join(map(_c, v))}]" for k, v in plan.provenance.items()
+    )
+    return f'{before},"provenance":{{{rows}}},"summary":{after}'
+
+
+def _provenance_items(plan: Plan) -> Any:
+    """``(source, outputs)`` in source-name order (a ``Provenance`` view already is)."""
+    prov = plan.provenance
+    if isinstance(prov, Provenance):
+        return prov.items()
+    return ((k, prov[k]) for k in sorted(prov))
 
 
 def plan_compact_json(plan: Plan) -> str:
     """``PlanDocument``'s ``model_dump_json`` of ``plan``: compact, declaration order."""
-    files = ",".join(map(file_json, plan.files))
+    templates = _Templates(tensor_json, '"name":""', '"source":""', _c)
+    files = ",".join(file_json(f, templates) for f in plan.files)
     # put ``files`` back in its declared place: after ``options``
     before, sep, after = plan_head_json(plan).partition(',"dropped":')
     return f'{before},"files":[{files}]{sep}{after}'
@@ -240,7 +306,9 @@ def plan_sha256(plan: Plan) -> str:
     plan without its files, then each file's compact JSON, each prefixed by its length.
     """
     h = hashlib.sha256()
-    for data in itertools.chain([plan_head_json(plan)], map(file_json, plan.files)):
+    templates = _Templates(tensor_json, '"name":""', '"source":""', _c)
+    files = (file_json(f, templates) for f in plan.files)
+    for data in itertools.chain([plan_head_json(plan)], files):
         raw = data.encode()
         h.update(len(raw).to_bytes(8, "little") + raw)
     return h.hexdigest()
@@ -333,9 +401,12 @@ class _PrettyTensors:
         )
 
 
-def _file_pretty(f: OutputFile, i0: str, tensor: _PrettyTensors) -> str:
+def _file_pretty(f: OutputFile, i0: str, tensor: _PrettyTensors, rows: _Templates) -> str:
     i1 = i0 + "  "
-    tensors = _scalars([tensor(t) for t in f.tensors], i1)
+    if isinstance(f.tensors, OutputRows):
+        tensors = _scalars(list(rows(f.tensors)), i1)
+    else:
+        tensors = _scalars([tensor(t) for t in f.tensors], i1)
     rank = "null" if f.rank is None else str(f.rank)
     return (
         f'{{{i1}"name": {_a(f.name)},{i1}"nbytes": {f.nbytes},{i1}"rank": {rank},'
@@ -343,21 +414,27 @@ def _file_pretty(f: OutputFile, i0: str, tensor: _PrettyTensors) -> str:
     )
 
 
-def _provenance_pretty(provenance: dict[str, list[str]], i0: str) -> str:
-    if not provenance:
+def _provenance_pretty(plan: Plan, i0: str) -> str:
+    if not plan.provenance:
         return "{}"
-    i1 = i0 + "  "
-    rows = [f"{_a(k)}: {_scalars([_a(n) for n in provenance[k]], i1)}" for k in sorted(provenance)]
+    i1, i2 = i0 + "  ", i0 + "    "
+    rows = []
+    for k, v in _provenance_items(plan):
+        key = _a(k)
+        if len(v) == 1:  # most sources: one output, often under the same name
+            rows.append(f"{key}: [{i2}{key if v[0] == k else _a(v[0])}{i1}]")
+        else:
+            rows.append(f"{key}: {_scalars([_a(n) for n in v], i1)}")
     return "{" + i1 + ("," + i1).join(rows) + i0 + "}"
 
 
 def plan_json_chunks(plan: Plan) -> Iterator[str]:
     """``plan_json_text`` in pieces (one per file and per top-level field), made as they
     are written: a full-size plan's 60 MB never exist as one string."""
-    head = _head_dump(plan)
+    head = _head_dump(plan, provenance=False)
     i0, i1 = "\n", "\n  "
     yield "{"
-    keys = sorted([*head, "files"])
+    keys = sorted([*head, "files", "provenance"])
     for n, key in enumerate(keys):
         sep = "," if n + 1 < len(keys) else ""
         yield f"{i1}{_a(key)}: "
@@ -367,12 +444,13 @@ def plan_json_chunks(plan: Plan) -> Iterator[str]:
                 continue
             yield "["
             tensor = _PrettyTensors(i1 + "      ")
+            rows = _Templates(tensor.text, '"name": ""', '"source": ""', _a)
             for k, f in enumerate(plan.files):
                 comma = "," if k + 1 < len(plan.files) else ""
-                yield f"{i1}  {_file_pretty(f, i1 + '  ', tensor)}{comma}"
+                yield f"{i1}  {_file_pretty(f, i1 + '  ', tensor, rows)}{comma}"
             yield f"{i1}]{sep}"
         elif key == "provenance":
-            yield _provenance_pretty(plan.provenance, i1) + sep
+            yield _provenance_pretty(plan, i1) + sep
         else:
             yield _pretty_value(head[key], 1) + sep
     yield i0 + "}"

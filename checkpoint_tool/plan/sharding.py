@@ -21,9 +21,17 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
+from itertools import pairwise
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.plan.model import OutputFile, OutputTensor, output_nbytes
+from checkpoint_tool.plan.output_table import OutputRows
+
+if TYPE_CHECKING:
+    from checkpoint_tool.plan.output_table import OutputTable
 
 _UNITS = {
     "": 1,
@@ -78,6 +86,56 @@ def group_key(name: str) -> tuple[int, int]:
     return (0, 0) if "embed" in name else (3, 0)
 
 
+def natural_columns(names: list[str]) -> list[np.ndarray] | None:
+    """``natural_key`` of every name as integer columns, most significant first: sorting the
+    rows by them (``np.lexsort`` of the reversed list) orders the names as ``sorted(names,
+    key=natural_key)`` does, equal keys giving equal rows.
+
+    Each name is its text parts and numbers, alternating (``"layers.3.w1"`` -> ``"layers."``,
+    3, ``".w"``, 1, ``""``); a text part becomes its rank among the text parts found at the
+    same place in any name, a number itself, and a shorter key is padded with -1 (a prefix
+    sorts first, as tuples do). None where the columns cannot hold a key: a name with a NUL
+    character, or a number of more than 18 digits (the caller sorts by ``natural_key``).
+    """
+    text = "\n".join(names)
+    if "\0" in text:
+        return None
+    runs = _DIGITS.findall(text)
+    if any(len(r) > 18 for r in runs):
+        return None
+    pattern_of: dict[str, int] = {}
+    pid = np.fromiter(
+        (pattern_of.setdefault(p, len(pattern_of)) for p in _DIGITS.sub("\0", text).split("\n")),
+        np.int64,
+        len(names),
+    )
+    texts = [p.split("\0") for p in pattern_of]
+    counts = np.array([len(t) - 1 for t in texts], np.int64)[pid]
+    start = np.zeros(len(names), np.int64)
+    np.cumsum(counts[:-1], out=start[1:])
+    numbers = np.fromiter(map(int, runs), np.int64, len(runs))
+    width = max((len(t) for t in texts), default=1)
+    ranks = [
+        {t: r for r, t in enumerate(sorted({parts[i] for parts in texts if len(parts) > i}))}
+        for i in range(width)
+    ]
+    columns = [np.full(len(names), -1, np.int64) for _ in range(2 * width - 1)]
+    for p, parts in enumerate(texts):
+        rows = np.flatnonzero(pid == p)
+        for i, part in enumerate(parts):
+            columns[2 * i][rows] = ranks[i][part]
+            if i + 1 < len(parts):
+                columns[2 * i + 1][rows] = numbers[start[rows] + i]
+    return columns
+
+
+def group_codes(names: list[str]) -> np.ndarray:
+    """``group_key`` of every name as one sortable integer (section, then index)."""
+    return np.fromiter(
+        (a * (1 << 32) + b for a, b in map(group_key, names)), np.int64, len(names)
+    )
+
+
 def _groups(tensors: Iterable[OutputTensor]) -> list[list[OutputTensor]]:
     by_key: dict[tuple[int, int], list[OutputTensor]] = {}
     for t in tensors:
@@ -87,8 +145,17 @@ def _groups(tensors: Iterable[OutputTensor]) -> list[list[OutputTensor]]:
 
 def file_layers(f: OutputFile) -> list[int]:
     """Decoder layers a file of ``shard`` holds (its layer groups are contiguous)."""
-    first = next((k for k in (group_key(t.name) for t in f.tensors) if k[0] == 1), None)
-    last = next((k for k in (group_key(t.name) for t in reversed(f.tensors)) if k[0] == 1), None)
+    tensors = f.tensors
+    if isinstance(tensors, OutputRows):  # the names alone, not the records
+        name = tensors.table.name
+        rows = tensors.rows.tolist()
+        names: Iterable[str] = map(name, rows)
+        backwards: Iterable[str] = map(name, reversed(rows))
+    else:
+        names = (t.name for t in tensors)
+        backwards = (t.name for t in reversed(tensors))
+    first = next((k for k in map(group_key, names) if k[0] == 1), None)
+    last = next((k for k in map(group_key, backwards) if k[0] == 1), None)
     if first is None or last is None:
         return []
     return list(range(first[1], last[1] + 1))
@@ -98,17 +165,47 @@ def file_name(index: int, count: int) -> str:
     return f"model-{index:05d}-of-{count:05d}.safetensors"
 
 
-def shard(
-    tensors: list[OutputTensor], max_bytes: int, nbytes: dict[str, int] | None = None
-) -> list[OutputFile]:
+def shard(tensors: list[OutputTensor], max_bytes: int) -> list[OutputFile]:
     """Balanced files of ``tensors``, each at most ``max_bytes`` of tensor data (a tensor
-    larger than that gets a file of its own). ``nbytes``: sizes by name, when known."""
+    larger than that gets a file of its own)."""
     groups = _groups(tensors)
-    size_of = (lambda t: nbytes[t.name]) if nbytes is not None else output_nbytes
-    sizes = [[size_of(t) for t in g] for g in groups]
+    flat = [t for g in groups for t in g]
+    sizes = [[output_nbytes(t) for t in g] for g in groups]
+    return [
+        OutputFile(name=name, tensors=[flat[k] for k in ks.tolist()], nbytes=n)
+        for name, ks, n in _files(sizes, max_bytes)
+    ]
+
+
+def shard_rows(outputs: OutputTable, max_bytes: int) -> list[OutputFile]:
+    """``shard`` of every row of ``outputs``, grouped and ordered from its columns (the
+    same files, the same order)."""
+    names = outputs.output_names()
+    if not names:
+        return []
+    natural = natural_columns(names)
+    plan_order = np.arange(len(names))
+    if natural is None:
+        keys = sorted(range(len(names)), key=lambda k: natural_key(names[k]))
+        natural = [np.argsort(np.array(keys, np.int64), kind="stable")]
+    groups = group_codes(names)
+    order = np.lexsort((plan_order, *reversed(natural), groups))
+    sizes_sorted = outputs.columns()[5][order].tolist()
+    bounds = np.flatnonzero(np.diff(groups[order])) + 1
+    cuts = [0, *bounds.tolist(), len(order)]
+    sizes = [sizes_sorted[a:b] for a, b in pairwise(cuts)]
+    return [
+        OutputFile(name=name, tensors=outputs.rows(order[ks]), nbytes=n)
+        for name, ks, n in _files(sizes, max_bytes)
+    ]
+
+
+def _files(sizes: list[list[int]], max_bytes: int) -> list[tuple[str, np.ndarray, int]]:
+    """The balanced files of groups of tensor sizes (``sizes[g]``: group ``g``'s, in order):
+    ``(file name, positions in the concatenated groups, bytes)`` per file."""
     total = sum(sum(s) for s in sizes)
     target = total / max(1, math.ceil(total / max_bytes)) if total else 0
-    files: list[list[OutputTensor]] = [[]]
+    files: list[list[int]] = [[]]
     used = [0]
 
     def close() -> None:
@@ -116,24 +213,27 @@ def shard(
             files.append([])
             used.append(0)
 
-    for group, group_sizes in zip(groups, sizes, strict=True):
+    pos = 0
+    for group_sizes in sizes:
         g = sum(group_sizes)
         if g <= max_bytes:
             if used[-1] and (used[-1] + g > max_bytes or used[-1] + g / 2 > target):
                 close()
-            files[-1].extend(group)
+            files[-1].extend(range(pos, pos + len(group_sizes)))
             used[-1] += g
+            pos += len(group_sizes)
             continue
-        for t, n in zip(group, group_sizes, strict=True):  # a layer larger than a file
+        for n in group_sizes:  # a layer larger than a file
             if used[-1] and (used[-1] + n > max_bytes or used[-1] + n / 2 > target):
                 close()
-            files[-1].append(t)
+            files[-1].append(pos)
             used[-1] += n
+            pos += 1
     if not files[-1] and len(files) > 1:
         files.pop()
         used.pop()
     count = len(files)
     return [
-        OutputFile(name=file_name(i + 1, count), tensors=ts, nbytes=n)
-        for i, (ts, n) in enumerate(zip(files, used, strict=True))
+        (file_name(i + 1, count), np.asarray(ks, np.int64), n)
+        for i, (ks, n) in enumerate(zip(files, used, strict=True))
     ]

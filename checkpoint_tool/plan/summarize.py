@@ -17,16 +17,14 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from checkpoint_tool.catalog.safetensors_format import element_bytes, storage_shape
-from checkpoint_tool.plan.model import (
-    FileSummary,
-    OutputFile,
-    OutputTensor,
-    PlanSummary,
-    output_nbytes,
-)
+from checkpoint_tool.plan.model import FileSummary, OutputFile, OutputTensor, PlanSummary
+from checkpoint_tool.plan.output_table import KINDS, OutputRows, OutputTable
 from checkpoint_tool.plan.sharding import file_layers
 
 if TYPE_CHECKING:
@@ -59,32 +57,21 @@ def plan_summary(inputs: PlanInputs, planned: Planned, files: list[OutputFile]) 
     by_rule: dict[str, int] = {}
     for d in planned.dropped:
         by_rule[d.rule] = by_rule.get(d.rule, 0) + 1
-    counts = {"kept": 0, "renamed": 0, "redirected": 0, "unfused": 0}
-    peak, peak_name = 0, None
-    expert_bytes = other_bytes = padded = n_out = 0
-    nbytes, experts = planned.nbytes, planned.experts
+    tally = _Tally()
     for f in files:
-        for t in f.tensors:
-            n_out += 1
-            counts[planned.kind(t.name)] += 1
-            padded += t.name in planned.padded
-            n = nbytes[t.name] if t.name in nbytes else output_nbytes(t)
-            need = n + piece_source_bytes(catalog, t)
-            if need > peak:
-                peak, peak_name = need, t.name
-            if t.name in experts:
-                expert_bytes += n
-            else:
-                other_bytes += n
+        if isinstance(f.tensors, OutputRows):
+            tally.rows(catalog, f.tensors)
+        else:
+            tally.records(catalog, planned, f.tensors)
     if any(f.rank is not None for f in files):  # per-rank layouts: exact per-rank figures
         per_rank = [sum(f.nbytes for f in files if f.rank == r) for r in range(tp)]
     else:
-        per_rank = [other_bytes + -(-expert_bytes // max(1, tp))] * max(1, tp)
+        per_rank = [tally.other_bytes + -(-tally.expert_bytes // max(1, tp))] * max(1, tp)
     geo = inputs.geometry
     return PlanSummary(
         source_tensors=len(catalog.tensors),
-        output_tensors=n_out,
-        padded=padded,
+        output_tensors=tally.outputs,
+        padded=tally.padded,
         dropped=len(planned.dropped),
         dropped_by_rule=dict(sorted(by_rule.items())),
         fse_enabled_layers=sorted(k for k, v in inputs.fse_layers.items() if v),
@@ -95,13 +82,81 @@ def plan_summary(inputs: PlanInputs, planned: Planned, files: list[OutputFile]) 
         shared_intermediate_size=geo.shared_size,
         padded_shared_intermediate_size=geo.shared_padded,
         source_bytes=catalog.table.total_bytes(),
-        output_bytes=expert_bytes + other_bytes,
+        output_bytes=tally.expert_bytes + tally.other_bytes,
         files=[
             FileSummary(name=f.name, tensors=len(f.tensors), nbytes=f.nbytes, layers=file_layers(f))
             for f in files
         ],
         bytes_per_rank=per_rank,
-        peak_memory_bytes=peak,
-        peak_memory_tensor=peak_name,
-        **counts,
+        peak_memory_bytes=tally.peak,
+        peak_memory_tensor=tally.peak_name,
+        **tally.counts,
     )
+
+
+class _Tally:
+    """The summary's sums over the output tensors, file by file in plan order (the peak is
+    the first tensor that needs the most)."""
+
+    def __init__(self) -> None:
+        self.counts = dict.fromkeys(KINDS, 0)
+        self.outputs = self.padded = self.expert_bytes = self.other_bytes = 0
+        self.peak = 0
+        self.peak_name: str | None = None
+        self.form_reads: dict[int, int] = {}
+
+    def rows(self, catalog: Catalog, rows: OutputRows) -> None:
+        """An ``OutputTable`` file: from the columns."""
+        table = rows.table
+        at = rows.rows
+        source, form, _, kind, expert, nbytes = (c[at] for c in table.columns())
+        self.outputs += len(at)
+        for code, n in enumerate(np.bincount(kind, minlength=len(KINDS)).tolist()):
+            self.counts[KINDS[code]] += n
+        forms = table.forms
+        padded = np.array([f.padded for f in forms], bool)
+        self.padded += int(padded[form].sum())
+        self.expert_bytes += int(nbytes[expert].sum())
+        self.other_bytes += int(nbytes[~expert].sum())
+        if not len(at):
+            return
+        # bytes each output reads: per form, a constant for its sliced pieces plus its
+        # whole pieces times its source's bytes
+        whole = np.array([sum(not slices for slices, _ in f.pieces) for f in forms], np.int64)
+        src = table.sources.nbytes_column()[source]
+        const = np.zeros(len(forms), np.int64)
+        for k in np.unique(form).tolist():
+            const[k] = self._sliced(catalog, table, k, at, form)
+        need = nbytes + const[form] + whole[form] * src
+        k = int(np.argmax(need))
+        if int(need[k]) > self.peak:
+            self.peak, self.peak_name = int(need[k]), table.name(int(at[k]))
+
+    def _sliced(
+        self, catalog: Catalog, table: OutputTable, form: int, at: np.ndarray, forms: np.ndarray
+    ) -> int:
+        """Bytes the sliced pieces of form ``form`` read (one of ``at``, the rows whose forms
+        are ``forms``, has it)."""
+        hit = self.form_reads.get(form)
+        if hit is None:
+            tensor = table.record(int(at[np.flatnonzero(forms == form)[0]]))
+            whole = [p for p in tensor.pieces if not p.slices]
+            hit = piece_source_bytes(catalog, tensor)
+            hit -= sum(catalog.table.nbytes(p.source) for p in whole)
+            self.form_reads[form] = hit
+        return hit
+
+    def records(self, catalog: Catalog, planned: Planned, tensors: Iterable[OutputTensor]) -> None:
+        """A file of records a layout built (``planned.built`` has their facts)."""
+        for t in tensors:
+            facts = planned.built[t.name]
+            self.outputs += 1
+            self.counts[facts.kind] += 1
+            self.padded += facts.padded
+            need = facts.nbytes + piece_source_bytes(catalog, t)
+            if need > self.peak:
+                self.peak, self.peak_name = need, t.name
+            if facts.expert:
+                self.expert_bytes += facts.nbytes
+            else:
+                self.other_bytes += facts.nbytes

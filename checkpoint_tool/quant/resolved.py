@@ -105,6 +105,14 @@ class ResolvedColumns:
         a, b = self._module_start[module_id], self._module_start[module_id + 1]
         return self._by_module[a:b]
 
+    def weight_rows(self) -> np.ndarray:
+        """Per module number, the row of its ``weight`` tensor (-1: it has none)."""
+        out = np.full(len(self.module_names), -1, np.int64)
+        if "weight" in self.suffixes:
+            rows = np.flatnonzero(self.suffix == self.suffixes.index("weight"))
+            out[self.module[rows]] = rows
+        return out
+
     def rows_by_module(self) -> Iterator[tuple[str, np.ndarray]]:
         """``(module, its rows)`` for every module, in the order modules first appear."""
         for k, module in enumerate(self.module_names):

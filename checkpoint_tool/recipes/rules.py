@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from itertools import compress, repeat
 from typing import Any
 
 from checkpoint_tool.model.config_fields import config_field
@@ -128,6 +129,23 @@ class _Rename:
     kind: str
     at_load: bool
     apply: Any  # Callable[[str], str | None]: new name, or None when the rule does not match
+    #: Callable[[list[str]], Iterable[object]]: per name, truthy where the rule matches
+    #: (the test ``apply`` makes, run over a whole column at C speed)
+    hits: Any
+
+
+@dataclass(slots=True)
+class RenamedColumn:
+    """``RuleSet.rename_all`` of a column of names: per name what ``rename`` would give.
+
+    ``written[k]``, ``engine[k]``, ``steps[k]`` and ``kept[k]`` are ``Renamed``'s fields for
+    ``sources[k]`` (``steps`` tuples are shared between equal histories).
+    """
+
+    written: list[str]
+    engine: list[str]
+    steps: list[tuple[str, ...]]
+    kept: bytearray
 
 
 @dataclass
@@ -179,8 +197,9 @@ class RuleSet:
         for kind, entries, make in kinds:
             for i, entry in enumerate(entries):
                 if when_matches(entry.when, self.config):
+                    apply, hits = make(entry)
                     self._renames.append(
-                        _Rename(entry.name or f"{kind}[{i}]", kind, entry.at_load, make(entry))
+                        _Rename(entry.name or f"{kind}[{i}]", kind, entry.at_load, apply, hits)
                     )
 
     # -- the pipeline -------------------------------------------------------------------------
@@ -193,6 +212,13 @@ class RuleSet:
             if pattern.search(source):
                 return rule_id, reason
         return None
+
+    def drop_hits(self, sources: list[str]) -> list[object] | None:
+        """Per name, truthy where some drop rule matches (None: the recipe drops nothing);
+        ``drop_reason`` then names the rule."""
+        if self._any_drop is None:
+            return None
+        return list(map(self._any_drop.search, sources))
 
     def rename(
         self,
@@ -263,6 +289,82 @@ class RuleSet:
                     break
         return Renamed(source, written, engine, tuple(steps), redirected=redirect_to is not None)
 
+    def rename_all(
+        self, sources: list[str], schemes: list[Scheme | None], is_scale: bytes | bytearray
+    ) -> RenamedColumn:
+        """``rename(sources[k], scheme=schemes[k], is_scale=is_scale[k], drop_checked=True)``
+        for every ``k``, stage by stage over the whole column (each rule's test runs over
+        the names at C speed; only the names it matches are rewritten). The same answers,
+        name for name, as ``rename``: the stages, their order and their rules are the same."""
+        n = len(sources)
+        written = list(sources)
+        steps: list[list[str] | None] = [None] * n
+        kept = bytearray(n)
+
+        def step(rows: list[int], rule_id: str) -> None:
+            for k in rows:
+                got = steps[k]
+                if got is None:
+                    steps[k] = [rule_id]
+                else:
+                    got.append(rule_id)
+
+        live = list(range(n))
+        for rule_id, pattern, _ in self._keep:
+            hit = list(compress(live, map(pattern.search, map(written.__getitem__, live))))
+            if hit:
+                step(hit, rule_id)
+                for k in hit:
+                    kept[k] = 1
+                live = [k for k in live if not kept[k]]
+        engine = written if not any(r.at_load for r in self._renames) else list(written)
+        for rename in self._renames:
+            at = list(compress(live, rename.hits(map(engine.__getitem__, live))))
+            if rename.at_load:
+                for k in at:
+                    engine[k] = rename.apply(engine[k])
+                step(at, rename.rule_id)
+                continue
+            if engine is written:
+                for k in at:
+                    written[k] = rename.apply(written[k])
+                step(at, rename.rule_id)
+                continue
+            wt = list(compress(live, rename.hits(map(written.__getitem__, live))))
+            step(sorted(set(at) | set(wt)), rename.rule_id)
+            for k in wt:
+                written[k] = rename.apply(written[k])
+            for k in at:
+                engine[k] = rename.apply(engine[k])
+        if self._aliases:
+            split = engine is written
+            for k in compress(live, map(is_scale.__getitem__, live)):
+                same = split or engine[k] == written[k]
+                spelled = self._alias(written[k], schemes[k])
+                if spelled is not None:
+                    step([k], spelled[0])
+                    written[k] = spelled[1]
+                if same:
+                    if not split:
+                        engine[k] = written[k]
+                else:
+                    spelled = self._alias(engine[k], schemes[k])
+                    if spelled is not None:
+                        engine[k] = spelled[1]
+        if self._accept:
+            bare = [k for k in live if steps[k] is None]
+            for rule_id, pattern in self._accept:
+                hit = list(compress(bare, map(pattern.search, map(written.__getitem__, bare))))
+                if hit:
+                    step(hit, rule_id)
+                    bare = [k for k in bare if steps[k] is None]
+        shared: dict[tuple[str, ...], tuple[str, ...]] = {}
+        empty: tuple[str, ...] = ()
+        out_steps = [
+            empty if s is None else shared.setdefault(t := tuple(s), t) for s in steps
+        ]
+        return RenamedColumn(written, engine, out_steps, kept)
+
     def _alias(self, name: str, scheme: Scheme | None) -> tuple[str, str] | None:
         """(rule id, renamed) when an alias rule changes the last component of ``name``."""
         head, dot, last = name.rpartition(".")
@@ -285,31 +387,31 @@ class RuleSet:
         return name
 
 
-def _regex(match: str, replace: str) -> Any:
+def _regex(match: str, replace: str) -> tuple[Any, Any]:
     pattern = re.compile(match)
 
     def apply(name: str) -> str | None:
         return pattern.sub(replace, name) if pattern.search(name) else None
 
-    return apply
+    return apply, lambda names: map(pattern.search, names)
 
 
-def _substring(find: str, replace: str) -> Any:
+def _substring(find: str, replace: str) -> tuple[Any, Any]:
     def apply(name: str) -> str | None:
         return name.replace(find, replace, 1) if find in name else None
 
-    return apply
+    return apply, lambda names: map(str.__contains__, names, repeat(find))
 
 
-def _prefix(old: str, new: str) -> Any:
+def _prefix(old: str, new: str) -> tuple[Any, Any]:
     def apply(name: str) -> str | None:
         return new + name[len(old) :] if name.startswith(old) else None
 
-    return apply
+    return apply, lambda names: map(str.startswith, names, repeat(old))
 
 
-def _suffix(old: str, new: str) -> Any:
+def _suffix(old: str, new: str) -> tuple[Any, Any]:
     def apply(name: str) -> str | None:
         return name[: -len(old)] + new if name.endswith(old) else None
 
-    return apply
+    return apply, lambda names: map(str.endswith, names, repeat(old))

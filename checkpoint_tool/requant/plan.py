@@ -89,9 +89,12 @@ def finish(plan: Plan, view: RequantView, errors: dict[int, Any]) -> Plan:
     ops_cache: dict[tuple[tuple[str, ...], str], tuple[str, ...]] = {}
     virtual = view.virtual
     for f in plan.files:
-        for i, t in enumerate(f.tensors):
+        tensors = list(f.tensors)
+        changed = False
+        for i, t in enumerate(tensors):
             if not any(p.source in virtual for p in t.pieces):
                 continue
+            changed = True
             module = virtual[next(p.source for p in t.pieces if p.source in virtual)]
             fmt = view.modules[module].source_format
             ops_key = (tuple(t.ops), fmt)
@@ -105,9 +108,11 @@ def finish(plan: Plan, view: RequantView, errors: dict[int, Any]) -> Plan:
                 Piece.of(p.source + SUFFIX, p.slices, p.pads) if p.source in virtual else p
                 for p in t.pieces
             ]
-            f.tensors[i] = OutputTensor(
+            tensors[i] = OutputTensor(
                 t.name, t.dtype, t.shape, pieces, t.combine, t.axis, ops, t.layer, t.fill
             )
+        if changed:
+            f.tensors = tensors
     provenance: dict[str, list[str]] = {}
     for src, outs in plan.provenance.items():
         key = view.modules[virtual[src]].weight if src in virtual else src

@@ -12,7 +12,7 @@ import pytest
 from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.errors import AlignmentError, InputError
 from checkpoint_tool.model.facts import MoeLayerFacts
-from checkpoint_tool.plan.experts import ExpertPart, index_experts
+from checkpoint_tool.plan.experts import ExpertPart, expert_modules
 from checkpoint_tool.plan.kinds import keep, pad, redirect, unfuse
 from checkpoint_tool.quant.storage.formats import storage_for_format
 from checkpoint_tool.regions import Pad, Piece, Region
@@ -144,20 +144,13 @@ def test_unfuse_refuses_a_tensor_with_the_wrong_expert_count():
         unfuse(fused, "weight", BF16, ExpertPart(facts, "routed", "gate_up", None, True), target=W)
 
 
-def test_index_experts_names_modules_as_the_model_facts_do():
+def test_expert_modules_names_modules_as_the_model_facts_do():
     facts = layer(n_routed=12)
-
-    class Resolved:
-        def __init__(self, module: str) -> None:
-            self.module = module
 
     class Facts:
         moe_layers = [facts]
 
-    names = {
-        f"{facts.routed_module(e, p)}.weight": (e, p)
-        for e in range(12)
-        for p in ("gate", "up", "down")
-    }
-    parts = index_experts(Facts(), {n: Resolved(n.rsplit(".", 1)[0]) for n in names})
-    assert {n: (p.index, p.proj) for n, p in parts.items()} == names
+    modules = {facts.routed_module(e, p): (e, p) for e in range(12) for p in ("gate", "up", "down")}
+    parts = expert_modules(Facts())  # type: ignore[arg-type]
+    routed = {m: (p.index, p.proj) for m, p in parts.items() if p.kind == "routed"}
+    assert routed == modules

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from checkpoint_tool.plan.model import OutputFile
-from checkpoint_tool.plan.sharding import shard
+from checkpoint_tool.plan.sharding import shard_rows
 
 if TYPE_CHECKING:
     from checkpoint_tool.plan.inputs import PlanInputs
@@ -23,5 +23,5 @@ if TYPE_CHECKING:
 
 
 def build_files(ctx: PlanInputs, planned: Planned) -> list[OutputFile]:
-    """Balanced shards of every planned tensor."""
-    return shard(planned.tensors, ctx.options.max_shard_size, planned.nbytes)
+    """Balanced shards of every planned tensor (each file's tensors: rows of the table)."""
+    return shard_rows(planned.outputs, ctx.options.max_shard_size)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from checkpoint_tool.plan.model import OutputTensor
+from checkpoint_tool.plan.output_table import KINDS
 from checkpoint_tool.quant.scheme import Scheme
 
 if TYPE_CHECKING:
@@ -34,9 +35,15 @@ class PlannedIndex:
         self.planned = planned
         self.by_name: dict[str, OutputTensor] = {t.name: t for t in planned.tensors}
         self.by_module: dict[str, dict[str, OutputTensor]] = {}
-        for t in planned.tensors:
+        for t in self.by_name.values():
             module, _, suffix = t.name.rpartition(".")
             self.by_module.setdefault(module, {})[suffix] = t
+        outputs = planned.outputs
+        _, form, _, kind, _, _ = outputs.columns()
+        names = outputs.output_names()
+        padded = [f.padded for f in outputs.forms]
+        self._padded = {n for n, f in zip(names, form.tolist(), strict=True) if padded[f]}
+        self._kind = {n: KINDS[k] for n, k in zip(names, kind.tolist(), strict=True) if k}
         self.used: set[str] = set()
         self.dropped: set[str] = set()
 
@@ -73,7 +80,7 @@ class PlannedIndex:
         return self.ctx.resolved.tensors[self.source(tensor)].scheme
 
     def is_padded(self, name: str) -> bool:
-        return name in self.planned.padded
+        return name in self._padded
 
     def kind(self, name: str) -> str:
-        return self.planned.kinds.get(name, "kept")
+        return self._kind.get(name, "kept")

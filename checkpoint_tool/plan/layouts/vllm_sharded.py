@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from checkpoint_tool.plan.inputs import PlanInputs
     from checkpoint_tool.plan.outputs import Planned
 
+from checkpoint_tool.plan.outputs import OutputFacts
+
 MTP_RULE = "vllm_sharded_mtp"
 
 
@@ -138,7 +140,7 @@ def _check_options(ctx: PlanInputs) -> None:
 
 def _drop_mtp(index: PlannedIndex, planned: Planned, num_layers: int) -> None:
     """Layers past the main model's (MTP) belong to the draft model: drop them by rule."""
-    for t in planned.tensors:
+    for t in list(index.by_name.values()):
         layer = layer_of(t.name)
         if layer is None or layer < num_layers:
             continue
@@ -176,9 +178,7 @@ def _check_unique(params: list[Param]) -> None:
 
 def _record(planned: Planned, index: PlannedIndex, params: list[Param]) -> None:
     """Report bookkeeping under the output names (kinds, padded, experts, bytes)."""
-    sizes = planned.nbytes
     for p in params:
-        sizes[p.name] = output_nbytes(p.ranks[0])
         kinds = {index.kind(n) for n in p.planned}
         if "redirected" in kinds:
             kind = "redirected"
@@ -186,11 +186,7 @@ def _record(planned: Planned, index: PlannedIndex, params: list[Param]) -> None:
             kind = "kept"
         else:
             kind = "renamed"
-        planned.kinds[p.name] = kind
-        if p.padded:
-            planned.padded.add(p.name)
-        if p.expert:
-            planned.experts.add(p.name)
+        planned.built[p.name] = OutputFacts(kind, p.padded, p.expert, output_nbytes(p.ranks[0]))
 
 
 def _notes(ctx: PlanInputs, spec: TargetSpec, index: PlannedIndex, inst: ModelInstance) -> None:
