@@ -296,6 +296,25 @@ class TensorTable:
         """Every row's shape, in order (equal shapes share one tuple)."""
         return map(self.shape_reader(), range(self._n))
 
+    def dtype_codes(self) -> np.ndarray:
+        """Every row's dtype as its code into ``DTYPE_NAMES`` (uint8; a copy)."""
+        return self._dtypes.copy()
+
+    def shape_ids(self) -> tuple[np.ndarray, list[tuple[int, ...]]]:
+        """Every row's shape as a number (int64), and the distinct shapes those numbers
+        index: ``(array([0, 1, 1]), [(8, 64), (64,)])``."""
+        ranks = np.diff(self._shape_off)
+        width = int(ranks.max()) if self._n else 0
+        grid = np.full((self._n, width + 1), -1, np.int64)
+        grid[:, 0] = ranks
+        for d in range(width):  # dim d of every row that has one
+            has = np.flatnonzero(ranks > d)
+            grid[has, d + 1] = self._dims[self._shape_off[has] + d]
+        rows = grid.view(np.dtype((np.void, grid.shape[1] * 8))).ravel()  # one value a row
+        _, first, ids = np.unique(rows, return_index=True, return_inverse=True)
+        shapes = [tuple(row[1 : 1 + row[0]]) for row in grid[first].tolist()]
+        return ids.reshape(-1).astype(np.int64), shapes
+
     def dtype_names(self) -> list[str]:
         """Every row's dtype name, in order."""
         return [DTYPE_NAMES[c] for c in self._dtypes.tolist()]

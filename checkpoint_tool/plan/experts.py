@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
+import numpy as np
+
 from checkpoint_tool.model import PROJS, ModelFacts, MoeLayerFacts
 
 if TYPE_CHECKING:
@@ -83,12 +85,39 @@ def expert_modules(facts: ModelFacts) -> dict[str, ExpertPart]:
     return modules
 
 
-def expert_parts_by_module(facts: ModelFacts, columns: ResolvedColumns) -> dict[int, ExpertPart]:
-    """module number (``columns.module``) -> ``ExpertPart``, for the resolved catalog's modules
-    that are expert projections."""
-    out: dict[int, ExpertPart] = {}
+class ExpertColumns(NamedTuple):
+    """Which tensors are expert projections, by the resolved catalog's module numbers.
+
+    ``parts``: module number -> its ``ExpertPart``; ``kind_of_module``: per module number,
+    the number of its part's *kind* in ``kinds`` (-1: no expert), where a kind is an
+    ``ExpertPart`` up to its expert index: every expert of a layer and projection has one
+    kind, and all that placing a tensor needs of its part is the same for them.
+    """
+
+    parts: dict[int, ExpertPart]
+    kind_of_module: np.ndarray
+    kinds: list[ExpertPart]
+
+    def kind_of(self, module: np.ndarray) -> np.ndarray:
+        """The kind number of each module number in ``module`` (-1: no expert)."""
+        return self.kind_of_module[module]
+
+
+def expert_columns(facts: ModelFacts, columns: ResolvedColumns) -> ExpertColumns:
+    """The ``ExpertColumns`` of a resolved catalog's modules."""
+    parts: dict[int, ExpertPart] = {}
     for module, part in expert_modules(facts).items():
         k = columns.module_id(module)
         if k is not None:
-            out[k] = part
-    return out
+            parts[k] = part
+    kind_of_module = np.full(len(columns.module_names), -1, np.int32)
+    numbers: dict[tuple, int] = {}
+    kinds: list[ExpertPart] = []
+    for k, part in parts.items():
+        key = (id(part.layer), part.kind, part.proj, part.index is None, part.fused_3d)
+        n = numbers.get(key)
+        if n is None:
+            n = numbers[key] = len(kinds)
+            kinds.append(part)
+        kind_of_module[k] = n
+    return ExpertColumns(parts, kind_of_module, kinds)

@@ -31,14 +31,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from functools import partial
+from operator import ne
 from typing import NamedTuple
 
 import numpy as np
 
 from checkpoint_tool.catalog.catalog import TensorEntry
-from checkpoint_tool.catalog.safetensors_format import storage_shape, tensor_nbytes
+from checkpoint_tool.catalog.safetensors_format import DTYPE_NAMES, storage_shape, tensor_nbytes
 from checkpoint_tool.errors import InputError, UsageError, first_few
-from checkpoint_tool.plan.experts import ExpertPart, expert_parts_by_module
+from checkpoint_tool.plan.experts import ExpertColumns, ExpertPart, expert_columns
 from checkpoint_tool.plan.inputs import PlanInputs, layer_column
 from checkpoint_tool.plan.kinds import PlacementCache, check_intermediate, pad, redirect, unfuse
 from checkpoint_tool.plan.model import COPY_OPS, DroppedTensor
@@ -97,134 +98,134 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
     """Place every source tensor of ``inputs.catalog`` (see the module docstring)."""
     table = inputs.catalog.table
     names = table.names()
-    order = table.by_name().tolist()
-    layers = layer_column(names)
+    order = table.by_name()
     out = Planned(OutputTable(table))
-    rows = _drops(inputs, out, names, layers, order)
+    rows = _drops(inputs, out, names, order)
     cols = inputs.resolved.columns
-    parts = expert_parts_by_module(inputs.facts, cols)
-    part_of: list[ExpertPart | None] = (
-        [parts.get(m) for m in cols.module.tolist()] if parts else [None] * len(names)
-    )
-    bulk: list[int] = []
-    single: list[int] = []
-    for row in rows:
-        part = part_of[row]
-        if part is not None and (
-            part.fused_3d or (part.kind == "shared" and inputs.fse_layers.get(part.layer.layer))
-        ):
-            single.append(row)
-        else:
-            bulk.append(row)
+    experts = expert_columns(inputs.facts, cols)
+    kind = experts.kind_of(cols.module[rows])
+    one_by_one = np.array(
+        [p.fused_3d or (p.kind == "shared" and bool(inputs.fse_layers.get(p.layer.layer)))
+         for p in experts.kinds] + [False],
+        bool,
+    )[kind]  # fmt: skip
     log = _Log()
     cutter = _Cutter(inputs)
-    _place_bulk(inputs, out, names, part_of, bulk, cutter, log)
-    for row in single:
-        part = part_of[row]
-        assert part is not None
+    _place_bulk(inputs, out, names, experts, rows[~one_by_one], cutter, log)
+    for row in rows[one_by_one].tolist():
+        part = experts.parts[int(cols.module[row])]
         _record(inputs, out, row, part, _place(inputs, table.entry(row), row, part, cutter), log)
     # plan order: by source name, then a source's outputs in the order they were placed
     rank = np.empty(len(names), np.int64)
-    rank[np.asarray(rows, np.int64)] = np.arange(len(rows))
+    rank[rows] = np.arange(len(rows))
     perm = np.lexsort((np.asarray(log.sub, np.int64), rank[out.outputs.columns()[0]]))
     out.outputs.reorder(perm)
     _check(inputs, out, log, perm.tolist())
     return out
 
 
-def _drops(
-    inputs: PlanInputs, out: Planned, names: list[str], layers: np.ndarray, order: list[int]
-) -> list[int]:
+def _drops(inputs: PlanInputs, out: Planned, names: list[str], order: np.ndarray) -> np.ndarray:
     """Record the ``--layers`` and recipe drops in name order; the rows left, in order."""
-    wanted = set(inputs.options.layers) if inputs.options.layers is not None else None
-    where = ",".join(map(str, sorted(wanted))) if wanted is not None else ""
+    dropped = np.zeros(len(order), bool)
+    outside = np.zeros(len(order), bool)
+    if inputs.options.layers is not None:
+        wanted = sorted(set(inputs.options.layers))
+        where = ",".join(map(str, wanted))
+        outside = ~np.isin(layer_column([names[r] for r in order.tolist()]), wanted)
+        dropped |= outside
     rules = inputs.rules
-    hits = rules.drop_hits([names[r] for r in order])
-    layer_of = layers.tolist()
-    left: list[int] = []
-    for k, row in enumerate(order):
-        if wanted is not None and layer_of[row] not in wanted:
+    hits = rules.drop_hits([names[r] for r in order.tolist()])
+    if hits is not None:
+        dropped |= np.fromiter(map(bool, hits), bool, len(order))
+    for k in np.flatnonzero(dropped).tolist():
+        name = names[order[k]]
+        if outside[k]:
             reason = f"outside --layers {where}"
-            out.dropped.append(DroppedTensor(name=names[row], rule="layers", reason=reason))
+            out.dropped.append(DroppedTensor(name=name, rule="layers", reason=reason))
             continue
-        drop = rules.drop_reason(names[row]) if hits is not None and hits[k] else None
-        if drop is None:
-            left.append(row)
-        else:
-            out.dropped.append(DroppedTensor(name=names[row], rule=drop[0], reason=drop[1]))
-    return left
+        drop = rules.drop_reason(name)
+        assert drop is not None
+        out.dropped.append(DroppedTensor(name=name, rule=drop[0], reason=drop[1]))
+    return order[~dropped]
 
 
 def _place_bulk(
     inputs: PlanInputs,
     out: Planned,
     names: list[str],
-    part_of: list[ExpertPart | None],
-    rows: list[int],
+    experts: ExpertColumns,
+    rows: np.ndarray,
     cutter: _Cutter,
     log: _Log,
 ) -> None:
-    """Steps 5 and 6 for ``rows`` (name order): one rename column, one form per placement."""
+    """Steps 5 and 6 for ``rows`` (name order): one rename column, and one placement per
+    distinct (dtype, shape, expert kind, weight, rename history) of the rows."""
     cols, table = inputs.resolved.columns, inputs.catalog.table
-    schemes = cols.schemes
-    scheme_of = cols.scheme.tolist()
-    sources = [names[r] for r in rows]
-    at = np.asarray(rows, np.int64)
-    is_scale = (cols.role[at] == ROLE_CODES["scale"]).astype(np.uint8).tobytes()
-    renamed = inputs.rules.rename_all(sources, [schemes[scheme_of[r]] for r in rows], is_scale)
-    dtypes, shape_of = table.dtype_names(), table.shape_reader()
-    nbytes = table.nbytes_column().tolist()
-    pads = inputs.geometry.pads
-    forms = np.empty(len(rows), np.int32)
-    sizes = np.empty(len(rows), np.int64)
-    kinds = np.empty(len(rows), np.uint8)
-    own: list[str | None] = []
-    outputs, module_renames = out.outputs, out.module_renames
-    #: (placement, rename history) -> (form number, bytes; -1: the source's)
-    seen: dict[tuple, tuple[int, int]] = {}
-    for k, row in enumerate(rows):
-        name, written, steps, kept = sources[k], renamed.written[k], renamed.steps[k], renamed.kept[k]
-        how = "same" if written == name else "renamed"
-        part = part_of[row]
-        if part is None or not pads:
-            key: tuple = (dtypes[row], shape_of(row), steps, kept, how)
-            hit = seen.get(key)
-            if hit is None:
-                ops = _ops(COPY_OPS, steps, bool(kept), how)
-                form = Form(dtypes[row], key[1], (((), ()),), ops=ops, copy=True)
-                hit = seen[key] = (outputs.form_id(form), -1)
+    n = len(rows)
+    row_list = rows.tolist()
+    sources = [names[r] for r in row_list]
+    scheme = cols.scheme[rows]
+    role = cols.role[rows]
+    schemes = [cols.schemes[s] for s in scheme.tolist()]
+    is_scale = (role == ROLE_CODES["scale"]).astype(np.uint8).tobytes()
+    renamed = inputs.rules.rename_all(sources, schemes, is_scale)
+    changed = np.fromiter(map(ne, renamed.written, sources), bool, n)
+    kind = experts.kind_of(cols.module[rows])
+    shape_id, shapes = table.shape_ids()
+    dtype = table.dtype_codes()
+    padding = (kind >= 0) & inputs.geometry.pads
+    weight = np.where(padding, cutter.weight_row[cols.module[rows]], -1)
+    w = np.maximum(weight, 0)
+    keys = np.stack([
+        dtype[rows], shape_id[rows], renamed.step_ids, np.frombuffer(renamed.kept, np.uint8),
+        changed, padding, np.where(padding, role, -1), np.where(padding, kind, -1),
+        np.where(padding, dtype[w], -1), np.where(padding, shape_id[w], -1),
+        np.where(padding, cols.scheme[w], -1), weight < 0,
+    ], axis=1).astype(np.int64)  # fmt: skip
+    keys = np.ascontiguousarray(keys)
+    distinct, first, inverse = np.unique(
+        keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel(),
+        return_index=True,
+        return_inverse=True,
+    )
+    form_of = np.empty(len(distinct), np.int32)
+    size_of = np.empty(len(distinct), np.int64)
+    outputs = out.outputs
+    for u in np.argsort(first, kind="stable").tolist():  # in name order: the first error first
+        k = int(first[u])
+        row = row_list[k]
+        steps = renamed.histories[renamed.step_ids[k]]
+        kept = bool(renamed.kept[k])
+        how = "renamed" if changed[k] else "same"
+        if padding[k]:
+            placement = cutter.bulk_pad(row, experts.kinds[kind[k]])
+            form = _form(DTYPE_NAMES[dtype[row]], placement, _ops(placement.ops, steps, kept, how))
+            size = -1 if placement.copy else tensor_nbytes(form.dtype, form.shape)
         else:
-            placement = cutter.bulk_pad(row, part)
-            key = (id(placement), steps, kept, how)
-            hit = seen.get(key)
-            if hit is None:
-                form = _form(dtypes[row], placement, _ops(placement.ops, steps, bool(kept), how))
-                size = -1 if placement.copy else tensor_nbytes(form.dtype, form.shape)
-                hit = seen[key] = (outputs.form_id(form), size)
-        forms[k] = hit[0]
-        sizes[k] = hit[1] if hit[1] >= 0 else nbytes[row]
-        if how == "same":
-            own.append(None)
-            kinds[k] = KIND["kept"]
-            continue
-        own.append(written)
-        kinds[k] = KIND["renamed"]
+            ops = _ops(COPY_OPS, steps, kept, how)
+            form = Form(DTYPE_NAMES[dtype[row]], shapes[shape_id[row]], (((), ()),), ops=ops, copy=True)
+            size = -1
+        form_of[u], size_of[u] = outputs.form_id(form), size
+    inverse = inverse.reshape(-1)
+    sizes = size_of[inverse]
+    own_size = sizes < 0
+    sizes[own_size] = table.nbytes_column()[rows[own_size]]
+    kinds = np.where(changed, KIND["renamed"], KIND["kept"]).astype(np.uint8)
+    own = [w if c else None for w, c in zip(renamed.written, changed.tolist(), strict=True)]
+    moe_layer = np.array([p.layer.layer for p in experts.kinds] + [-1], np.int32)[kind]
+    outputs.extend(rows, form_of[inverse], moe_layer, kinds, kind >= 0, sizes, own)
+    module_renames = out.module_renames
+    for k in np.flatnonzero(changed).tolist():
+        row, name, written = row_list[k], sources[k], renamed.written[k]
         src_module = cols.module_names[cols.module[row]]
         out_module = split_tensor_name(written)[0] if src_module != name else written
         if out_module != src_module:
             module_renames.setdefault(src_module, set()).add(out_module)
-    expert = np.fromiter((p is not None for p in map(part_of.__getitem__, rows)), bool, len(rows))
-    layer = np.fromiter(
-        (p.layer.layer if p is not None else -1 for p in map(part_of.__getitem__, rows)),
-        np.int32,
-        len(rows),
-    )
-    outputs.extend(at, forms, layer, kinds, expert, sizes, own)
     log.written.extend(renamed.written)
     log.engine.extend(renamed.engine)
     log.steps.extend(renamed.steps)
     log.kept.extend(map(bool, renamed.kept))
-    log.sub.extend([0] * len(rows))
+    log.sub.extend([0] * n)
 
 
 def _place(
@@ -326,7 +327,6 @@ class _Cutter:
         self.cache: PlacementCache = {}
         self.codecs: dict[int, StorageFormat] = {}
         self.logical: dict[tuple, tuple[int, ...]] = {}
-        self.bulk: dict[tuple, Placement] = {}
 
     def codec(self, scheme_id: int) -> StorageFormat:
         codec = self.codecs.get(scheme_id)
@@ -335,8 +335,8 @@ class _Cutter:
         return codec
 
     def bulk_pad(self, row: int, part: ExpertPart) -> Placement:
-        """Step 5 for the expert tensor at ``row``: the same ``Placement`` object for every
-        expert of a layer and projection (cached by everything ``pad`` reads but the name)."""
+        """Step 5 for the expert tensor at ``row`` (``part``: its expert projection, or any
+        of the same kind: the index does not matter here)."""
         layer = part.layer
         geo = self.inputs.geometry
         if part.kind == "routed":
@@ -344,16 +344,8 @@ class _Cutter:
         else:
             width = layer.shared_chunk_size if part.index is not None else layer.shared_intermediate_size
             target = geo.shared_target(layer.n_shared, width)
-        weight = self._weight(row)
-        key = (
-            self.cols.role[row], self.table.dtype_shape_of(row), self.table.dtype_shape_of(weight),
-            int(self.cols.scheme[weight]), part.dim, part.proj, part.segments, width, target,
-        )  # fmt: skip
-        placement = self.bulk.get(key)
-        if placement is None:
-            ranges = [(k * width, (k + 1) * width) for k in range(part.segments)]
-            placement = self.bulk[key] = self.cut(self.table.entry(row), row, part, ranges, target, width)
-        return placement
+        ranges = [(k * width, (k + 1) * width) for k in range(part.segments)]
+        return self.cut(self.table.entry(row), row, part, ranges, target, width)
 
     def _weight(self, row: int) -> int:
         weight = int(self.weight_row[self.cols.module[row]])

@@ -28,6 +28,7 @@ import numpy as np
 
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.plan.model import OutputFile, OutputTensor, output_nbytes
+from checkpoint_tool.plan.name_parts import MARK, NameParts, mark_index
 from checkpoint_tool.plan.output_table import OutputRows
 
 if TYPE_CHECKING:
@@ -49,6 +50,8 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _MTP = re.compile(r"^(?:model\.)?mtp\.(\d+)\.")
 _DIGITS = re.compile(r"(\d+)")
+_LAYER_OF_PATTERN = re.compile(_LAYER.pattern.replace(r"(\d+)", f"({MARK})"))
+_MTP_OF_PATTERN = re.compile(_MTP.pattern.replace(r"(\d+)", f"({MARK})"))
 
 
 def parse_size(text: str | int) -> int:
@@ -86,54 +89,16 @@ def group_key(name: str) -> tuple[int, int]:
     return (0, 0) if "embed" in name else (3, 0)
 
 
-def natural_columns(names: list[str]) -> list[np.ndarray] | None:
-    """``natural_key`` of every name as integer columns, most significant first: sorting the
-    rows by them (``np.lexsort`` of the reversed list) orders the names as ``sorted(names,
-    key=natural_key)`` does, equal keys giving equal rows.
-
-    Each name is its text parts and numbers, alternating (``"layers.3.w1"`` -> ``"layers."``,
-    3, ``".w"``, 1, ``""``); a text part becomes its rank among the text parts found at the
-    same place in any name, a number itself, and a shorter key is padded with -1 (a prefix
-    sorts first, as tuples do). None where the columns cannot hold a key: a name with a NUL
-    character, or a number of more than 18 digits (the caller sorts by ``natural_key``).
-    """
-    text = "\n".join(names)
-    if "\0" in text:
-        return None
-    runs = _DIGITS.findall(text)
-    if any(len(r) > 18 for r in runs):
-        return None
-    pattern_of: dict[str, int] = {}
-    pid = np.fromiter(
-        (pattern_of.setdefault(p, len(pattern_of)) for p in _DIGITS.sub("\0", text).split("\n")),
-        np.int64,
-        len(names),
-    )
-    texts = [p.split("\0") for p in pattern_of]
-    counts = np.array([len(t) - 1 for t in texts], np.int64)[pid]
-    start = np.zeros(len(names), np.int64)
-    np.cumsum(counts[:-1], out=start[1:])
-    numbers = np.fromiter(map(int, runs), np.int64, len(runs))
-    width = max((len(t) for t in texts), default=1)
-    ranks = [
-        {t: r for r, t in enumerate(sorted({parts[i] for parts in texts if len(parts) > i}))}
-        for i in range(width)
-    ]
-    columns = [np.full(len(names), -1, np.int64) for _ in range(2 * width - 1)]
-    for p, parts in enumerate(texts):
-        rows = np.flatnonzero(pid == p)
-        for i, part in enumerate(parts):
-            columns[2 * i][rows] = ranks[i][part]
-            if i + 1 < len(parts):
-                columns[2 * i + 1][rows] = numbers[start[rows] + i]
-    return columns
-
-
-def group_codes(names: list[str]) -> np.ndarray:
-    """``group_key`` of every name as one sortable integer (section, then index)."""
-    return np.fromiter(
-        (a * (1 << 32) + b for a, b in map(group_key, names)), np.int64, len(names)
-    )
+def group_rule(pattern: str) -> tuple[int, int | None]:
+    """``group_key`` of a name pattern (``plan.name_parts``): its section, and which of its
+    numbers is the index (None: index 0). The same regexes, a digit run replaced by its mark."""
+    m = _LAYER_OF_PATTERN.search(pattern)
+    if m:
+        return 1, mark_index(pattern, m.start(1))
+    m = _MTP_OF_PATTERN.search(pattern)
+    if m:
+        return 2, mark_index(pattern, m.start(1))
+    return (0, None) if "embed" in pattern else (3, None)
 
 
 def _groups(tensors: Iterable[OutputTensor]) -> list[list[OutputTensor]]:
@@ -183,13 +148,17 @@ def shard_rows(outputs: OutputTable, max_bytes: int) -> list[OutputFile]:
     names = outputs.output_names()
     if not names:
         return []
-    natural = natural_columns(names)
-    plan_order = np.arange(len(names))
-    if natural is None:
+    parts = NameParts.of(names)
+    if parts is None:  # names the columns cannot hold: parsed one by one
         keys = sorted(range(len(names)), key=lambda k: natural_key(names[k]))
         natural = [np.argsort(np.array(keys, np.int64), kind="stable")]
-    groups = group_codes(names)
-    order = np.lexsort((plan_order, *reversed(natural), groups))
+        groups = np.fromiter(
+            (a * (1 << 32) + b for a, b in map(group_key, names)), np.int64, len(names)
+        )
+    else:
+        natural = parts.natural_columns()
+        groups = parts.codes({p: group_rule(p) for p in parts.patterns})
+    order = np.lexsort((np.arange(len(groups)), *reversed(natural), groups))
     sizes_sorted = outputs.columns()[5][order].tolist()
     bounds = np.flatnonzero(np.diff(groups[order])) + 1
     cuts = [0, *bounds.tolist(), len(order)]

@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from itertools import compress, repeat
 from typing import Any
 
+import numpy as np
+
 from checkpoint_tool.model.config_fields import config_field
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 from checkpoint_tool.recipes.schema import Recipe, When
@@ -138,14 +140,46 @@ class _Rename:
 class RenamedColumn:
     """``RuleSet.rename_all`` of a column of names: per name what ``rename`` would give.
 
-    ``written[k]``, ``engine[k]``, ``steps[k]`` and ``kept[k]`` are ``Renamed``'s fields for
-    ``sources[k]`` (``steps`` tuples are shared between equal histories).
+    ``written[k]``, ``engine[k]`` and ``kept[k]`` are ``Renamed``'s fields for ``sources[k]``,
+    and ``histories[step_ids[k]]`` its ``steps`` (``histories[0]`` is ``()``): e.g.
+    ``step_ids=array([1, 1, 0])``, ``histories=[(), ("hf-layers",)]``.
     """
 
     written: list[str]
     engine: list[str]
-    steps: list[tuple[str, ...]]
+    step_ids: np.ndarray
+    histories: list[tuple[str, ...]]
     kept: bytearray
+
+    @property
+    def steps(self) -> list[tuple[str, ...]]:
+        """Every name's steps (one shared tuple per distinct history)."""
+        histories = self.histories
+        return [histories[h] for h in self.step_ids.tolist()]
+
+
+class _Histories:
+    """The rule ids each name has matched so far, as one number per name (``ids``) into
+    the distinct histories (``histories``), extended rule by rule for many names at once."""
+
+    def __init__(self, n: int) -> None:
+        self.ids = np.zeros(n, np.int32)
+        self.histories: list[tuple[str, ...]] = [()]
+        self._next: dict[tuple[int, str], int] = {}
+
+    def add(self, rows: list[int], rule_id: str) -> None:
+        """``rule_id`` appended to the history of each of ``rows``."""
+        if not rows:
+            return
+        at = np.asarray(rows, np.int64)
+        now = self.ids[at]
+        for h in np.unique(now).tolist():
+            key = (h, rule_id)
+            k = self._next.get(key)
+            if k is None:
+                k = self._next[key] = len(self.histories)
+                self.histories.append((*self.histories[h], rule_id))
+            self.ids[at[now == h]] = k
 
 
 @dataclass
@@ -298,22 +332,13 @@ class RuleSet:
         name for name, as ``rename``: the stages, their order and their rules are the same."""
         n = len(sources)
         written = list(sources)
-        steps: list[list[str] | None] = [None] * n
+        steps = _Histories(n)
         kept = bytearray(n)
-
-        def step(rows: list[int], rule_id: str) -> None:
-            for k in rows:
-                got = steps[k]
-                if got is None:
-                    steps[k] = [rule_id]
-                else:
-                    got.append(rule_id)
-
         live = list(range(n))
         for rule_id, pattern, _ in self._keep:
             hit = list(compress(live, map(pattern.search, map(written.__getitem__, live))))
             if hit:
-                step(hit, rule_id)
+                steps.add(hit, rule_id)
                 for k in hit:
                     kept[k] = 1
                 live = [k for k in live if not kept[k]]
@@ -323,47 +348,70 @@ class RuleSet:
             if rename.at_load:
                 for k in at:
                     engine[k] = rename.apply(engine[k])
-                step(at, rename.rule_id)
+                steps.add(at, rename.rule_id)
                 continue
             if engine is written:
                 for k in at:
                     written[k] = rename.apply(written[k])
-                step(at, rename.rule_id)
+                steps.add(at, rename.rule_id)
                 continue
             wt = list(compress(live, rename.hits(map(written.__getitem__, live))))
-            step(sorted(set(at) | set(wt)), rename.rule_id)
+            steps.add(sorted(set(at) | set(wt)), rename.rule_id)
             for k in wt:
                 written[k] = rename.apply(written[k])
             for k in at:
                 engine[k] = rename.apply(engine[k])
         if self._aliases:
-            split = engine is written
-            for k in compress(live, map(is_scale.__getitem__, live)):
-                same = split or engine[k] == written[k]
+            scales = list(compress(live, map(is_scale.__getitem__, live)))
+            self._alias_all(scales, written, engine, schemes, steps)
+        if self._accept:
+            bare = [k for k in live if not steps.ids[k]]
+            for rule_id, pattern in self._accept:
+                hit = list(compress(bare, map(pattern.search, map(written.__getitem__, bare))))
+                if hit:
+                    steps.add(hit, rule_id)
+                    bare = [k for k in bare if not steps.ids[k]]
+        return RenamedColumn(written, engine, steps.ids, steps.histories, kept)
+
+    def _alias_all(
+        self,
+        rows: list[int],
+        written: list[str],
+        engine: list[str],
+        schemes: list[Scheme | None],
+        steps: _Histories,
+    ) -> None:
+        """The alias stage of ``rename_all`` for the scale ``rows``: decided once per (last
+        name component, scheme) when no alias rule looks at the whole name."""
+        if engine is not written or any(skip is not None for *_, skip in self._aliases):
+            for k in rows:  # the general case, name by name as ``rename`` does it
+                same = engine[k] == written[k]
                 spelled = self._alias(written[k], schemes[k])
                 if spelled is not None:
-                    step([k], spelled[0])
+                    steps.add([k], spelled[0])
                     written[k] = spelled[1]
                 if same:
-                    if not split:
-                        engine[k] = written[k]
+                    engine[k] = written[k]
                 else:
                     spelled = self._alias(engine[k], schemes[k])
                     if spelled is not None:
                         engine[k] = spelled[1]
-        if self._accept:
-            bare = [k for k in live if steps[k] is None]
-            for rule_id, pattern in self._accept:
-                hit = list(compress(bare, map(pattern.search, map(written.__getitem__, bare))))
-                if hit:
-                    step(hit, rule_id)
-                    bare = [k for k in bare if steps[k] is None]
-        shared: dict[tuple[str, ...], tuple[str, ...]] = {}
-        empty: tuple[str, ...] = ()
-        out_steps = [
-            empty if s is None else shared.setdefault(t := tuple(s), t) for s in steps
-        ]
-        return RenamedColumn(written, engine, out_steps, kept)
+            return
+        decided: dict[tuple[str, int], tuple[str, str] | None] = {}
+        by_rule: dict[str, list[int]] = {}
+        for k in rows:
+            name = written[k]
+            last = name.rpartition(".")[2]
+            key = (last, id(schemes[k]))
+            if key not in decided:
+                spelled = self._alias(name, schemes[k])
+                decided[key] = None if spelled is None else (spelled[0], spelled[1].rpartition(".")[2])
+            hit = decided[key]
+            if hit is not None:
+                written[k] = name[: len(name) - len(last)] + hit[1]
+                by_rule.setdefault(hit[0], []).append(k)
+        for rule_id, hits in by_rule.items():
+            steps.add(hits, rule_id)
 
     def _alias(self, name: str, scheme: Scheme | None) -> tuple[str, str] | None:
         """(rule id, renamed) when an alias rule changes the last component of ``name``."""

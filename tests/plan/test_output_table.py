@@ -11,8 +11,9 @@ from plan_helpers import plan_of
 
 from checkpoint_tool.plan.inputs import plan_inputs
 from checkpoint_tool.plan.model import PlanOptions
+from checkpoint_tool.plan.name_parts import NameParts
 from checkpoint_tool.plan.outputs import plan_outputs
-from checkpoint_tool.plan.sharding import natural_columns, natural_key, shard, shard_rows
+from checkpoint_tool.plan.sharding import group_key, group_rule, natural_key, shard, shard_rows
 from checkpoint_tool.policy import decide_policy
 from checkpoint_tool.recipes import auto_recipe
 
@@ -77,20 +78,49 @@ def test_shard_rows_makes_the_files_shard_makes_of_the_records(
     assert all(a.tensors == b.tensors for a, b in zip(by_rows, by_records, strict=True))
 
 
+def test_names_parsed_one_by_one_make_the_same_files(synth_ckpt, monkeypatch):
+    _, planned = planned_of(synth_ckpt("quark-mxfp4"), tp=3)
+    columns = shard_rows(planned.outputs, 5_000)
+    monkeypatch.setattr(NameParts, "of", classmethod(lambda cls, names: None))
+    assert shard_rows(planned.outputs, 5_000) == columns
+
+
 names = st.lists(
     st.text(alphabet="ab.0123456789_x", min_size=0, max_size=12), min_size=1, max_size=60
+)
+#: non-ASCII names take the regex path; "٣" is a digit to ``\d`` and ``int``
+unicode_names = st.lists(
+    st.text(alphabet="a.09_é٣", min_size=0, max_size=10), min_size=1, max_size=40
 )
 
 
 @settings(max_examples=300, deadline=None)
-@given(names)
+@given(st.one_of(names, unicode_names))
 def test_natural_columns_sort_as_natural_key(batch):
-    cols = natural_columns(batch)
-    assert cols is not None
-    order = np.lexsort((np.arange(len(batch)), *reversed(cols)))
+    parts = NameParts.of(batch)
+    assert parts is not None
+    order = np.lexsort((np.arange(len(batch)), *reversed(parts.natural_columns())))
     assert [batch[k] for k in order] == sorted(batch, key=natural_key)
 
 
-def test_natural_columns_decline_what_they_cannot_hold():
-    assert natural_columns(["a\0b"]) is None
-    assert natural_columns(["x" + "9" * 19]) is None
+layered = st.lists(
+    st.sampled_from(["model.", "", "x.", "mtp.", "model.mtp.", "embed.", "a.layers."])
+    .flatmap(lambda p: st.tuples(st.just(p), st.sampled_from(["layers.", "mtp.", "q", ""])))
+    .flatmap(lambda t: st.tuples(st.just(t[0] + t[1]), st.integers(0, 120), st.sampled_from(
+        [".w1", ".x.layers.4.y", "", ".embed", "5.z"]))),
+    min_size=1, max_size=40,
+).map(lambda items: [f"{a}{n}{b}" for a, n, b in items])  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(layered)
+def test_group_codes_are_group_key(batch):
+    parts = NameParts.of(batch)
+    assert parts is not None
+    codes = parts.codes({p: group_rule(p) for p in parts.patterns}).tolist()
+    assert codes == [(a << 32) + b for a, b in map(group_key, batch)]
+
+
+def test_names_the_columns_cannot_hold_are_declined():
+    assert NameParts.of(["a\0b"]) is None
+    assert NameParts.of(["x" + "9" * 19]) is None
