@@ -14,6 +14,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
@@ -54,16 +55,16 @@ class ExpertPart(NamedTuple):
 def expert_modules(facts: ModelFacts) -> dict[str, ExpertPart]:
     """module name -> ``ExpertPart`` for every routed and shared expert projection module the
     facts name (3-D fused expert parameters are their own module: the tensor name)."""
-    modules: dict[str, ExpertPart] = {}
+    return dict(_expert_modules(facts))
+
+
+def _expert_modules(facts: ModelFacts) -> Iterator[tuple[str, ExpertPart]]:
+    """``expert_modules``' items, made one at a time."""
     for layer in facts.moe_layers:
         naming = layer.naming
         if naming.routed_layout == "fused_3d":
-            modules[layer.routed_weight(0, "gate")] = ExpertPart(
-                layer, "routed", "gate_up", None, True
-            )
-            modules[layer.routed_weight(0, "down")] = ExpertPart(
-                layer, "routed", "down", None, True
-            )
+            yield layer.routed_weight(0, "gate"), ExpertPart(layer, "routed", "gate_up", None, True)
+            yield layer.routed_weight(0, "down"), ExpertPart(layer, "routed", "down", None, True)
         else:
             fused = naming.routed_layout == "per_expert_gate_up"
             base = layer.routed_prefix
@@ -74,24 +75,24 @@ def expert_modules(facts: ModelFacts) -> dict[str, ExpertPart]:
                 leaves.append((leaf, kind))
             for e in range(layer.n_routed):  # = layer.routed_module(e, proj), ~45k for R1
                 for leaf, kind in leaves:
-                    modules[f"{base}.{e}.{leaf}"] = ExpertPart(layer, "routed", kind, e)
+                    yield f"{base}.{e}.{leaf}", ExpertPart(layer, "routed", kind, e)
         if layer.n_shared > 0:
             indexed = naming.shared_layout == "indexed"
             fused = naming.shared_layout == "single_gate_up"
             for j in range(layer.n_shared) if indexed else [None]:
                 for proj in PROJS:
                     kind = "gate_up" if fused and proj != "down" else proj
-                    modules[layer.shared_module(proj, j)] = ExpertPart(layer, "shared", kind, j)
-    return modules
+                    yield layer.shared_module(proj, j), ExpertPart(layer, "shared", kind, j)
 
 
 class ExpertColumns(NamedTuple):
     """Which tensors are expert projections, by the resolved catalog's module numbers.
 
-    ``parts``: module number -> its ``ExpertPart``; ``kind_of_module``: per module number,
-    the number of its part's *kind* in ``kinds`` (-1: no expert), where a kind is an
-    ``ExpertPart`` up to its expert index: every expert of a layer and projection has one
-    kind, and all that placing a tensor needs of its part is the same for them.
+    ``kind_of_module``: per module number, the number of its part's *kind* in ``kinds``
+    (-1: no expert), where a kind is an ``ExpertPart`` up to its expert index: every expert
+    of a layer and projection has one kind, and all that placing a routed expert's tensor
+    needs of its part is the same for them. ``parts``: module number -> ``ExpertPart`` of
+    the shared experts and the 3-D fused ones (placed one by one, with their index).
     """
 
     parts: dict[int, ExpertPart]
@@ -106,14 +107,15 @@ class ExpertColumns(NamedTuple):
 def expert_columns(facts: ModelFacts, columns: ResolvedColumns) -> ExpertColumns:
     """The ``ExpertColumns`` of a resolved catalog's modules."""
     parts: dict[int, ExpertPart] = {}
-    for module, part in expert_modules(facts).items():
-        k = columns.module_id(module)
-        if k is not None:
-            parts[k] = part
     kind_of_module = np.full(len(columns.module_names), -1, np.int32)
     numbers: dict[tuple, int] = {}
     kinds: list[ExpertPart] = []
-    for k, part in parts.items():
+    for module, part in _expert_modules(facts):
+        k = columns.module_id(module)
+        if k is None:
+            continue
+        if part.kind == "shared" or part.fused_3d:
+            parts[k] = part
         key = (id(part.layer), part.kind, part.proj, part.index is None, part.fused_3d)
         n = numbers.get(key)
         if n is None:

@@ -9,7 +9,7 @@ natural order (``plan.sharding``) read these columns instead of parsing name by 
 
 Example::
 
-    parts = NameParts.of(["layers.10.w1", "layers.2.w1", "embed.weight"])
+    parts = NameParts.of(lambda: [["layers.10.w1", "layers.2.w1", "embed.weight"]])
     parts.patterns   # ['layers.\\x00.w\\x00', 'embed.weight']
     parts.numbers    # array([10, 1, 2, 1])
     parts.group_codes(layer_pattern, mtp_pattern)   # (section << 32) + index per name
@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,39 +43,48 @@ class NameParts:
     count: np.ndarray
 
     @classmethod
-    def of(cls, names: list[str]) -> NameParts | None:
-        """The parts of ``names``; None when a name holds ``MARK`` or a number of more than
-        18 digits (too long for int64): the caller parses those names one by one.
+    def of(cls, blocks: Callable[[], Iterable[list[str]]]) -> NameParts | None:
+        """The parts of the names ``blocks()`` gives (blocks of names, in order); None when
+        a name holds ``MARK`` or a line break, or a number of more than 18 digits (too long
+        for int64): the caller parses those names one by one.
 
-        ASCII names (every real checkpoint's) are parsed as bytes: digits become marks (one
-        per digit, collapsed per distinct pattern afterwards) and the numbers are what is
-        left when every other byte is a space. Other names take the regex (``\\d`` is any
-        Unicode digit there, as in ``natural_key``)."""
-        text = "\n".join(names)
-        if MARK in text:
-            return None
-        if not text.isascii():
-            return cls._of_regex(names, text)
-        raw = text.encode("ascii")
-        del text
-        runs = raw.translate(_SPACE_BUT_DIGITS).split()
-        if max(map(len, runs), default=0) > 18:
-            return None
-        lines = raw.translate(_DIGIT_TO_MARK).split(b"\n") if names else []
-        del raw
-        number_of = {p: k for k, p in enumerate(dict.fromkeys(lines))}
-        line_pid = np.fromiter(map(number_of.__getitem__, lines), np.int64, len(names))
-        del lines
+        ASCII names (every real checkpoint's) are parsed as bytes, a block at a time:
+        digits become marks (one per digit, collapsed per distinct pattern afterwards) and
+        the numbers are what is left when every other byte is a space. Other names take the
+        regex (``\\d`` is any Unicode digit there, as in ``natural_key``)."""
         collapsed: dict[str, int] = {}
+        raw_patterns: dict[bytes, int] = {}
+        pids: list[np.ndarray] = []
+        numbers: list[np.ndarray] = []
+        for block in blocks():
+            text = "\n".join(block)
+            if MARK in text or text.count("\n") != max(0, len(block) - 1):
+                return None
+            if not text.isascii():
+                every = [n for b in blocks() for n in b]
+                return cls._of_regex(every, "\n".join(every))
+            raw = text.encode("ascii")
+            del text
+            runs = raw.translate(_SPACE_BUT_DIGITS).split()
+            if max(map(len, runs), default=0) > 18:
+                return None
+            numbers.append(np.fromiter(map(int, runs), np.int64, len(runs)))
+            del runs
+            lines = raw.translate(_DIGIT_TO_MARK).split(b"\n") if block else []
+            del raw
+            for p in dict.fromkeys(lines):
+                raw_patterns.setdefault(p, len(raw_patterns))
+            pids.append(np.fromiter(map(raw_patterns.__getitem__, lines), np.int64, len(lines)))
         pid_of = np.array(
             [
                 collapsed.setdefault(_MARKS.sub(MARK, p.decode("ascii")), len(collapsed))
-                for p in number_of
+                for p in raw_patterns
             ],
             np.int64,
         )
-        numbers = np.fromiter(map(int, runs), np.int64, len(runs))
-        return cls._make(pid_of[line_pid] if names else line_pid, list(collapsed), numbers)
+        pid = pid_of[np.concatenate(pids)] if pids and len(pid_of) else np.zeros(0, np.int64)
+        flat = np.concatenate(numbers) if numbers else np.zeros(0, np.int64)
+        return cls._make(pid, list(collapsed), flat)
 
     @classmethod
     def _of_regex(cls, names: list[str], text: str) -> NameParts | None:

@@ -149,9 +149,19 @@ class OutputTable:
 
     def output_names(self) -> list[str]:
         """Every row's output name, in row order."""
-        source = self.columns()[0].tolist()
-        src = self.sources.names()
-        return [own if own is not None else src[s] for own, s in zip(self.names, source, strict=True)]
+        return [name for block in self.name_blocks() for name in block]
+
+    def name_blocks(self, size: int = 16384) -> Iterator[list[str]]:
+        """Every row's output name, in row order, ``size`` rows at a time (a pass over the
+        names without ~10^5 strings alive at once)."""
+        source = self.columns()[0]
+        name = self.sources.name
+        for a in range(0, len(self.names), size):
+            own = self.names[a : a + size]
+            yield [
+                o if o is not None else name(s)
+                for o, s in zip(own, source[a : a + size].tolist(), strict=True)
+            ]
 
     def record(self, row: int, source_name: str | None = None, name: str | None = None) -> OutputTensor:
         """The ``OutputTensor`` of ``row`` (made now, not kept)."""
@@ -270,8 +280,17 @@ class _ProvenanceItems(ItemsView[str, list[str]]):
     def __iter__(self) -> Iterator[tuple[str, list[str]]]:
         prov = self._mapping
         table = prov.outputs
-        sources = table.sources.names()
-        outs = table.output_names()
+        name = table.sources.name
         runs = prov._runs.tolist()
+        done = 0  # rows before ``outs``
+        outs: list[str] = []
+        blocks = table.name_blocks()
         for k, s in enumerate(prov._sources().tolist()):
-            yield sources[s], outs[runs[k] : runs[k + 1]]
+            a, b = runs[k], runs[k + 1]
+            while done + len(outs) < b:
+                done += len(outs)
+                outs = next(blocks)
+            if a >= done:
+                yield name(s), outs[a - done : b - done]
+            else:  # a source's outputs across two blocks
+                yield name(s), [table.name(r) for r in range(a, b)]

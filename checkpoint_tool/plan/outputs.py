@@ -162,8 +162,7 @@ def _place_bulk(
     distinct (dtype, shape, expert kind, weight, rename history) of the rows."""
     cols, table = inputs.resolved.columns, inputs.catalog.table
     n = len(rows)
-    row_list = rows.tolist()
-    sources = [names[r] for r in row_list]
+    sources = list(map(names.__getitem__, rows.tolist()))
     scheme = cols.scheme[rows]
     role = cols.role[rows]
     schemes = [cols.schemes[s] for s in scheme.tolist()]
@@ -176,24 +175,19 @@ def _place_bulk(
     padding = (kind >= 0) & inputs.geometry.pads
     weight = np.where(padding, cutter.weight_row[cols.module[rows]], -1)
     w = np.maximum(weight, 0)
-    keys = np.stack([
+    columns = [
         dtype[rows], shape_id[rows], renamed.step_ids, np.frombuffer(renamed.kept, np.uint8),
         changed, padding, np.where(padding, role, -1), np.where(padding, kind, -1),
         np.where(padding, dtype[w], -1), np.where(padding, shape_id[w], -1),
         np.where(padding, cols.scheme[w], -1), weight < 0,
-    ], axis=1).astype(np.int64)  # fmt: skip
-    keys = np.ascontiguousarray(keys)
-    distinct, first, inverse = np.unique(
-        keys.view(np.dtype((np.void, keys.shape[1] * 8))).ravel(),
-        return_index=True,
-        return_inverse=True,
-    )
-    form_of = np.empty(len(distinct), np.int32)
-    size_of = np.empty(len(distinct), np.int64)
+    ]  # fmt: skip
+    first, inverse, count = distinct_rows(columns)
+    form_of = np.empty(count, np.int32)
+    size_of = np.empty(count, np.int64)
     outputs = out.outputs
     for u in np.argsort(first, kind="stable").tolist():  # in name order: the first error first
         k = int(first[u])
-        row = row_list[k]
+        row = int(rows[k])
         steps = renamed.histories[renamed.step_ids[k]]
         kept = bool(renamed.kept[k])
         how = "renamed" if changed[k] else "same"
@@ -206,7 +200,6 @@ def _place_bulk(
             form = Form(DTYPE_NAMES[dtype[row]], shapes[shape_id[row]], (((), ()),), ops=ops, copy=True)
             size = -1
         form_of[u], size_of[u] = outputs.form_id(form), size
-    inverse = inverse.reshape(-1)
     sizes = size_of[inverse]
     own_size = sizes < 0
     sizes[own_size] = table.nbytes_column()[rows[own_size]]
@@ -216,7 +209,7 @@ def _place_bulk(
     outputs.extend(rows, form_of[inverse], moe_layer, kinds, kind >= 0, sizes, own)
     module_renames = out.module_renames
     for k in np.flatnonzero(changed).tolist():
-        row, name, written = row_list[k], sources[k], renamed.written[k]
+        row, name, written = int(rows[k]), sources[k], renamed.written[k]
         src_module = cols.module_names[cols.module[row]]
         out_module = split_tensor_name(written)[0] if src_module != name else written
         if out_module != src_module:
@@ -300,6 +293,25 @@ def _record(
                 out.module_renames.setdefault(src_module, set()).add(out_module)
             if renamed.redirected:
                 out.redirected_modules.add(src_module)
+
+
+def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, int]:
+    """The distinct rows of the table whose columns are ``columns`` (small non-negative-ish
+    ints, -1 allowed): ``(first row of each, each row's distinct number, count)``. The
+    columns are packed into one int64 key per row when their ranges fit (mixed radix), else
+    compared as raw bytes."""
+    lows = [int(c.min()) if len(c) else 0 for c in columns]
+    spans = [int(c.max()) - lo + 1 if len(c) else 1 for c, lo in zip(columns, lows, strict=True)]
+    key: np.ndarray
+    if np.prod(np.array(spans, dtype=object)) < 2**62:
+        key = np.zeros(len(columns[0]), np.int64)
+        for c, lo, span in zip(columns, lows, spans, strict=True):
+            key = key * span + (c.astype(np.int64) - lo)
+    else:
+        grid = np.ascontiguousarray(np.stack(columns, axis=1).astype(np.int64))
+        key = grid.view(np.dtype((np.void, grid.shape[1] * 8))).ravel()
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1), len(first)
 
 
 def _form(dtype: str, placement: Placement, ops: tuple[str, ...]) -> Form:

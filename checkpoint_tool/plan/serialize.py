@@ -414,18 +414,24 @@ def _file_pretty(f: OutputFile, i0: str, tensor: _PrettyTensors, rows: _Template
     )
 
 
-def _provenance_pretty(plan: Plan, i0: str) -> str:
+def _provenance_pretty(plan: Plan, i0: str, block: int = 4096) -> Iterator[str]:
+    """The pretty provenance object, ``block`` sources a piece."""
     if not plan.provenance:
-        return "{}"
+        yield "{}"
+        return
     i1, i2 = i0 + "  ", i0 + "    "
-    rows = []
+    rows: list[str] = []
+    sep = "{" + i1
     for k, v in _provenance_items(plan):
         key = _a(k)
         if len(v) == 1:  # most sources: one output, often under the same name
             rows.append(f"{key}: [{i2}{key if v[0] == k else _a(v[0])}{i1}]")
         else:
             rows.append(f"{key}: {_scalars([_a(n) for n in v], i1)}")
-    return "{" + i1 + ("," + i1).join(rows) + i0 + "}"
+        if len(rows) == block:
+            yield sep + ("," + i1).join(rows)
+            rows, sep = [], "," + i1
+    yield (sep + ("," + i1).join(rows) if rows else "") + i0 + "}"
 
 
 def plan_json_chunks(plan: Plan) -> Iterator[str]:
@@ -450,7 +456,8 @@ def plan_json_chunks(plan: Plan) -> Iterator[str]:
                 yield f"{i1}  {_file_pretty(f, i1 + '  ', tensor, rows)}{comma}"
             yield f"{i1}]{sep}"
         elif key == "provenance":
-            yield _provenance_pretty(plan, i1) + sep
+            yield from _provenance_pretty(plan, i1)
+            yield sep
         else:
             yield _pretty_value(head[key], 1) + sep
     yield i0 + "}"

@@ -145,11 +145,11 @@ def shard(tensors: list[OutputTensor], max_bytes: int) -> list[OutputFile]:
 def shard_rows(outputs: OutputTable, max_bytes: int) -> list[OutputFile]:
     """``shard`` of every row of ``outputs``, grouped and ordered from its columns (the
     same files, the same order)."""
-    names = outputs.output_names()
-    if not names:
+    if not len(outputs):
         return []
-    parts = NameParts.of(names)
+    parts = NameParts.of(outputs.name_blocks)
     if parts is None:  # names the columns cannot hold: parsed one by one
+        names = outputs.output_names()
         keys = sorted(range(len(names)), key=lambda k: natural_key(names[k]))
         natural = [np.argsort(np.array(keys, np.int64), kind="stable")]
         groups = np.fromiter(
