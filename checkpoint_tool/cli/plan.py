@@ -27,7 +27,6 @@ from checkpoint_tool.cli.options import (
     TpOpt,
 )
 from checkpoint_tool.cli.output import emit
-from checkpoint_tool.cli.render import render_plan
 from checkpoint_tool.requant.select import RequantRequest
 
 HELP = (
@@ -62,5 +61,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         requant = RequantRequest.parse(requantize_shared, requantize_layers, max_error)
         plan = session.open_plan(src, session.plan_options(ctx), recipe=recipe, requant=requant)[1]
-        with session.paused_gc():  # ~10^6 live plan objects: no collector walks while 60 MB are written
+        if fmt == "human":  # rich and the renderers: only for a table on the terminal
+            from checkpoint_tool.cli.render import render_plan
+
             emit(plan, fmt, human=render_plan)
+        else:
+            emit(plan, fmt)

@@ -52,6 +52,12 @@ def opened(
         yield open_catalog(src, headers_only=headers_only, meanwhile=meanwhile)
 
 
+def _import_planner() -> None:
+    """What planning needs, imported (~0.3 s: numpy, the policy, the recipes, pydantic
+    models)."""
+    import checkpoint_tool.plan.build  # noqa: F401
+
+
 def plan_options(ctx: typer.Context) -> PlanOptions:
     """``ckpt plan SRC --tp 2 --fse off`` -> ``PlanOptions(tp=2, fse="off", ...)``."""
     from checkpoint_tool.plan.model import PlanOptions
@@ -68,12 +74,13 @@ def open_plan(
     requant: Any = None,
 ) -> tuple[Catalog, Plan]:
     """Open ``src`` and plan its conversion (``recipe`` None: the one config.json matches);
-    ``requant``: a ``requant.select.RequantRequest`` (``--requantize-shared``)."""
-    from checkpoint_tool.plan.build import plan_for_catalog
-
+    ``requant``: a ``requant.select.RequantRequest`` (``--requantize-shared``). The planner
+    is imported while a forked child reads the shard headers (``catalog.header_pool``)."""
     if requant is not None:
         headers_only = False  # the error preview reads the shared experts' weights
-    with opened(src, headers_only=headers_only) as catalog:
+    with opened(src, headers_only=headers_only, meanwhile=_import_planner) as catalog:
+        from checkpoint_tool.plan.build import plan_for_catalog
+
         if requant is not None:
             from checkpoint_tool.requant.plan import plan_with_requant
 

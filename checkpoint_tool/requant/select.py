@@ -17,11 +17,14 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from checkpoint_tool.errors import UsageError
-from checkpoint_tool.model import ModelFacts
+
+if TYPE_CHECKING:
+    from checkpoint_tool.model import ModelFacts
 
 #: target schemes requantization writes
 SCHEMES = ("mxfp4",)
