@@ -61,28 +61,40 @@ def expert_modules(facts: ModelFacts) -> dict[str, ExpertPart]:
 def _expert_modules(facts: ModelFacts) -> Iterator[tuple[str, ExpertPart]]:
     """``expert_modules``' items, made one at a time."""
     for layer in facts.moe_layers:
-        naming = layer.naming
-        if naming.routed_layout == "fused_3d":
-            yield layer.routed_weight(0, "gate"), ExpertPart(layer, "routed", "gate_up", None, True)
-            yield layer.routed_weight(0, "down"), ExpertPart(layer, "routed", "down", None, True)
+        yield from _layer_modules(layer)
+
+
+def _layer_modules(
+    layer: MoeLayerFacts, *, routed_by_prefix: bool = False
+) -> Iterator[tuple[str, ExpertPart]]:
+    """The expert projection modules of one MoE layer; with ``routed_by_prefix`` the routed
+    per-expert ones come once per leaf, as ``(leaf, part of expert 0)``."""
+    naming = layer.naming
+    if naming.routed_layout == "fused_3d":
+        yield layer.routed_weight(0, "gate"), ExpertPart(layer, "routed", "gate_up", None, True)
+        yield layer.routed_weight(0, "down"), ExpertPart(layer, "routed", "down", None, True)
+    else:
+        fused = naming.routed_layout == "per_expert_gate_up"
+        base = layer.routed_prefix
+        leaves: list[tuple[str, PartProj]] = []
+        for proj in PROJS:
+            kind: PartProj = "gate_up" if fused and proj != "down" else proj
+            leaf = naming.gate_up_name if kind == "gate_up" else layer.proj_name(proj)
+            leaves.append((leaf, kind))
+        if routed_by_prefix:
+            for leaf, kind in leaves:
+                yield leaf, ExpertPart(layer, "routed", kind, 0)
         else:
-            fused = naming.routed_layout == "per_expert_gate_up"
-            base = layer.routed_prefix
-            leaves: list[tuple[str, PartProj]] = []
-            for proj in PROJS:
-                kind: PartProj = "gate_up" if fused and proj != "down" else proj
-                leaf = naming.gate_up_name if kind == "gate_up" else layer.proj_name(proj)
-                leaves.append((leaf, kind))
             for e in range(layer.n_routed):  # = layer.routed_module(e, proj), ~45k for R1
                 for leaf, kind in leaves:
                     yield f"{base}.{e}.{leaf}", ExpertPart(layer, "routed", kind, e)
-        if layer.n_shared > 0:
-            indexed = naming.shared_layout == "indexed"
-            fused = naming.shared_layout == "single_gate_up"
-            for j in range(layer.n_shared) if indexed else [None]:
-                for proj in PROJS:
-                    kind = "gate_up" if fused and proj != "down" else proj
-                    yield layer.shared_module(proj, j), ExpertPart(layer, "shared", kind, j)
+    if layer.n_shared > 0:
+        indexed = naming.shared_layout == "indexed"
+        fused = naming.shared_layout == "single_gate_up"
+        for j in range(layer.n_shared) if indexed else [None]:
+            for proj in PROJS:
+                kind = "gate_up" if fused and proj != "down" else proj
+                yield layer.shared_module(proj, j), ExpertPart(layer, "shared", kind, j)
 
 
 class ExpertColumns(NamedTuple):
@@ -105,21 +117,42 @@ class ExpertColumns(NamedTuple):
 
 
 def expert_columns(facts: ModelFacts, columns: ResolvedColumns) -> ExpertColumns:
-    """The ``ExpertColumns`` of a resolved catalog's modules."""
-    parts: dict[int, ExpertPart] = {}
-    kind_of_module = np.full(len(columns.module_names), -1, np.int32)
-    numbers: dict[tuple, int] = {}
+    """The ``ExpertColumns`` of a resolved catalog's modules: one pass over the module names,
+    a routed expert's module (``{routed prefix}.{e}.{leaf}``) recognised by its prefix and
+    leaf, the rest (shared and 3-D fused experts: a few per layer) by name."""
     kinds: list[ExpertPart] = []
-    for module, part in _expert_modules(facts):
-        k = columns.module_id(module)
-        if k is None:
-            continue
-        if part.kind == "shared" or part.fused_3d:
-            parts[k] = part
+    numbers: dict[tuple, int] = {}
+
+    def kind_number(part: ExpertPart) -> int:
         key = (id(part.layer), part.kind, part.proj, part.index is None, part.fused_3d)
         n = numbers.get(key)
         if n is None:
             n = numbers[key] = len(kinds)
             kinds.append(part)
-        kind_of_module[k] = n
+        return n
+
+    #: (routed prefix, leaf) -> (kind number, routed expert count)
+    routed: dict[tuple[str, str], tuple[int, int]] = {}
+    #: module name -> (kind number, part), for the shared and the 3-D fused experts
+    named: dict[str, tuple[int, ExpertPart]] = {}
+    for layer in facts.moe_layers:
+        for module, part in _layer_modules(layer, routed_by_prefix=True):
+            if part.kind == "routed" and not part.fused_3d:
+                routed[(layer.routed_prefix, module)] = (kind_number(part), layer.n_routed)
+            else:
+                named[module] = (kind_number(part), part)
+    kind_of_module = np.full(len(columns.module_names), -1, np.int32)
+    parts: dict[int, ExpertPart] = {}
+    for k, module in enumerate(columns.module_names):
+        hit = named.get(module)
+        if hit is not None:
+            kind_of_module[k], parts[k] = hit
+            continue
+        head, _, leaf = module.rpartition(".")
+        prefix, _, e = head.rpartition(".")
+        got = routed.get((prefix, leaf))
+        # ``f"{prefix}.{e}.{leaf}"`` for an int e: ASCII digits, no leading zero
+        if got is not None and e.isdecimal() and e.isascii() and (e == "0" or e[0] != "0"):
+            if int(e) < got[1]:
+                kind_of_module[k] = got[0]
     return ExpertColumns(parts, kind_of_module, kinds)

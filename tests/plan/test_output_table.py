@@ -148,3 +148,31 @@ def test_distinct_rows_are_the_distinct_tuples(columns):
     assert count == len(set(rows)) == len(first)
     assert all(rows[first[inverse[k]]] == rows[k] for k in range(len(rows)))
     assert len({rows[k] for k in first.tolist()}) == count
+
+
+@pytest.mark.parametrize(
+    "preset", ["deepseek-v3-fp8", "quark-hybrid", "deepseek-v4", "qwen3.5-moe-mxfp4", "qwen2-moe"]
+)
+def test_expert_columns_name_the_modules_expert_modules_names(synth_ckpt, preset):
+    """The one pass over module names finds exactly the modules the facts spell out."""
+    from checkpoint_tool.catalog import open_catalog
+    from checkpoint_tool.plan.experts import expert_columns, expert_modules
+
+    cat = open_catalog(synth_ckpt(preset))
+    decision = decide_policy(cat)
+    cols = decision.resolved.columns
+    got = expert_columns(decision.facts, cols)
+    spelled = expert_modules(decision.facts)
+    assert len(spelled) > 0
+    for k, module in enumerate(cols.module_names):
+        part = spelled.get(module)
+        kind = int(got.kind_of_module[k])
+        if part is None:
+            assert kind == -1, module
+            continue
+        rep = got.kinds[kind]
+        assert (rep.layer, rep.kind, rep.proj, rep.fused_3d) == (
+            part.layer, part.kind, part.proj, part.fused_3d
+        ), module  # fmt: skip
+        if part.kind == "shared" or part.fused_3d:
+            assert got.parts[k] == part
