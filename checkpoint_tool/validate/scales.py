@@ -25,7 +25,7 @@ import ml_dtypes
 import numpy as np
 
 from checkpoint_tool.catalog.catalog import Catalog, TensorEntry
-from checkpoint_tool.catalog.reader import entry_storage_shape
+from checkpoint_tool.catalog.safetensors_format import storage_shape
 from checkpoint_tool.quant.roles import SCALE_ROLES
 from checkpoint_tool.report import Issue, Severity
 from checkpoint_tool.validate.context import Unavailable, ValidationContext
@@ -129,7 +129,7 @@ def where(entry: TensorEntry, flat: int | None) -> str:
     """``[3, 1]``: the storage index of flat element ``flat`` (``[]`` for a 0-d tensor)."""
     if flat is None:
         return "?"
-    shape = entry_storage_shape(entry)
+    shape = storage_shape(entry.dtype, entry.shape, name=entry.name)
     if not shape:
         return "[]"
     idx = []
