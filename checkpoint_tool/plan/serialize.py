@@ -27,6 +27,7 @@ import functools
 import hashlib
 import itertools
 import json
+import re
 import types
 import typing
 from collections.abc import Iterator, Mapping, Sequence
@@ -220,37 +221,57 @@ class _Templates:
     def __init__(self, write: Any, name_key: str, source_key: str, encode: Any) -> None:
         self.write, self.encode = write, encode
         self.name_key, self.source_key = name_key, source_key
-        self.parts: dict[tuple[int, int], tuple[str, list[str]]] = {}
+        self.parts: dict[tuple[int, int], tuple[str, ...]] = {}
         self.names: list[str] | None = None
         self.cols: list[list[int]] = []
+        self.plain = False
 
     def __call__(self, rows: OutputRows) -> Iterator[str]:
         table = rows.table
         if self.names is None:
             self.names = table.sources.names()
             self.cols = [c.tolist() for c in table.columns()[:3]]
+            # names JSON writes as they are, between quotes: both spellings agree there
+            own = [n for n in table.names if n is not None]
+            self.plain = not any(map(_NEEDS_ESCAPE.search, ("\n".join(self.names), *own)))
         names, encode, parts_of = self.names, self.encode, self.parts
-        own = table.names
+        own_names = table.names
         source, form, layer = self.cols
-        nk, sk = self.name_key[:-2], self.source_key[:-2]
         for r in rows.rows.tolist():
             key = (form[r], layer[r])
             parts = parts_of.get(key)
             if parts is None:
-                text = self.write(table.record(r, "", ""))
-                head, rest = text.split(self.name_key, 1)
-                parts = parts_of[key] = (head, rest.split(self.source_key))
-            head, pieces = parts
-            src = encode(names[source[r]])
-            name = own[r]
-            name = encode(name) if name is not None else src
-            if len(pieces) == 2:
-                yield f"{head}{nk}{name}{pieces[0]}{sk}{src}{pieces[1]}"
+                parts = parts_of[key] = self._split(self.write(table.record(r, "", "")))
+            name = own_names[r]
+            if self.plain:
+                src = names[source[r]]
+                name = src if name is None else name
+            else:
+                src = encode(names[source[r]])
+                name = src if name is None else encode(name)
+            if len(parts) == 3:
+                yield f"{parts[0]}{name}{parts[1]}{src}{parts[2]}"
                 continue
-            out = [head, nk, name, pieces[0]]
-            for piece in pieces[1:]:
-                out += (sk, src, piece)
+            out = [parts[0], name, parts[1]]
+            for piece in parts[2:]:
+                out += (src, piece)
             yield "".join(out)
+
+    def _split(self, text: str) -> tuple[str, ...]:
+        """A template's text around the name and each source: with ``plain`` names the
+        quotes go into the pieces (the names are put in as they are)."""
+        head, rest = text.split(self.name_key, 1)
+        sources = rest.split(self.source_key)
+        nk, sk = self.name_key[:-2], self.source_key[:-2]
+        q = '"' if self.plain else ""
+        out = [head + nk + q, q + sources[0] + sk + q]
+        out += [q + piece + sk + q for piece in sources[1:-1]]
+        out.append(q + sources[-1])
+        return tuple(out)
+
+
+#: a character JSON would escape (either spelling) or that joins names
+_NEEDS_ESCAPE = re.compile(r'[^\n -~]|["\\]')
 
 
 def file_json(f: OutputFile, templates: _Templates | None = None) -> str:
