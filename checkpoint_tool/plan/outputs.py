@@ -82,16 +82,39 @@ class Planned:
         return self.outputs.rows(np.arange(len(self.outputs)))
 
 
-@dataclass
 class _Log:
-    """Per output row, in the order rows are added: what the checks need of its name."""
+    """Per output row, in the order rows are added: what the checks need of its name (the
+    name itself is the table's): its rename history, whether a keep rule kept it, the engine
+    name where it differs from the written one, its place among its source's outputs."""
 
-    written: list[str] = field(default_factory=list)
-    engine: list[str] = field(default_factory=list)
-    steps: list[tuple[str, ...]] = field(default_factory=list)
-    kept: list[bool] = field(default_factory=list)
-    #: per output row: its place among a source's outputs (0 for the first)
-    sub: list[int] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.histories: dict[tuple[str, ...], int] = {(): 0}
+        self._steps: list[np.ndarray] = []
+        self._kept: list[np.ndarray] = []
+        self._sub: list[np.ndarray] = []
+        self.engine: dict[int, str] = {}
+        self.rows = 0
+
+    def add(
+        self,
+        steps: np.ndarray,
+        histories: list[tuple[str, ...]],
+        kept: np.ndarray,
+        sub: np.ndarray,
+        engine: dict[int, str],
+    ) -> None:
+        """Rows whose histories are ``histories[steps[k]]`` (``engine``: by row within)."""
+        number = np.array([self.histories.setdefault(h, len(self.histories)) for h in histories])
+        self._steps.append(number[steps] if len(steps) else np.zeros(0, np.int64))
+        self._kept.append(np.asarray(kept, bool))
+        self._sub.append(np.asarray(sub, np.int64))
+        self.engine.update((self.rows + k, e) for k, e in engine.items())
+        self.rows += len(steps)
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(history number, kept, place among the source's outputs)`` of every row."""
+        return tuple(np.concatenate(c) if c else np.zeros(0, np.int64)  # type: ignore[return-value]
+                     for c in (self._steps, self._kept, self._sub))  # fmt: skip
 
 
 def plan_outputs(inputs: PlanInputs) -> Planned:
@@ -118,9 +141,9 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
     # plan order: by source name, then a source's outputs in the order they were placed
     rank = np.empty(len(names), np.int64)
     rank[rows] = np.arange(len(rows))
-    perm = np.lexsort((np.asarray(log.sub, np.int64), rank[out.outputs.columns()[0]]))
+    perm = np.lexsort((log.columns()[2], rank[out.outputs.columns()[0]]))
     out.outputs.reorder(perm)
-    _check(inputs, out, log, perm.tolist())
+    _check(inputs, out, names, log, perm)
     return out
 
 
@@ -197,7 +220,9 @@ def _place_bulk(
             size = -1 if placement.copy else tensor_nbytes(form.dtype, form.shape)
         else:
             ops = _ops(COPY_OPS, steps, kept, how)
-            form = Form(DTYPE_NAMES[dtype[row]], shapes[shape_id[row]], (((), ()),), ops=ops, copy=True)
+            form = Form(
+                DTYPE_NAMES[dtype[row]], shapes[shape_id[row]], (((), ()),), ops=ops, copy=True
+            )
             size = -1
         form_of[u], size_of[u] = outputs.form_id(form), size
     sizes = size_of[inverse]
@@ -214,11 +239,12 @@ def _place_bulk(
         out_module = split_tensor_name(written)[0] if src_module != name else written
         if out_module != src_module:
             module_renames.setdefault(src_module, set()).add(out_module)
-    log.written.extend(renamed.written)
-    log.engine.extend(renamed.engine)
-    log.steps.extend(renamed.steps)
-    log.kept.extend(map(bool, renamed.kept))
-    log.sub.extend([0] * n)
+    engine: dict[int, str] = {}
+    if renamed.engine is not renamed.written:  # at_load rules: the loader's names differ
+        pairs = enumerate(zip(renamed.engine, renamed.written, strict=True))
+        engine = {k: e for k, (e, w) in pairs if e != w}
+    kept_rows = np.frombuffer(renamed.kept, np.uint8).astype(bool)
+    log.add(renamed.step_ids, renamed.histories, kept_rows, np.zeros(n, np.int64), engine)
 
 
 def _place(
@@ -274,17 +300,23 @@ def _record(
             else "redirected" if renamed.redirected
             else "renamed"
         )  # fmt: skip
-        form = out.outputs.form_id(_form(dtype, placement, _ops(placement.ops, renamed.steps, renamed.kept, how)))
+        form = out.outputs.form_id(
+            _form(dtype, placement, _ops(placement.ops, renamed.steps, renamed.kept, how))
+        )
         size = entry.nbytes if placement.copy else tensor_nbytes(dtype, tuple(placement.shape))
         out.outputs.add(
             row, form, layer=part.layer.layer, kind=KIND[kind], expert=True, nbytes=size,
             name=None if name == source else name,
         )  # fmt: skip
-        log.written.append(name)
-        log.engine.append(renamed.engine_name or name)
-        log.steps.append(renamed.steps)
-        log.kept.append(renamed.kept)
-        log.sub.append(sub)
+        loader = renamed.engine_name or name
+        engine = {} if loader == name else {0: loader}
+        log.add(
+            np.zeros(1, np.int64),
+            [renamed.steps],
+            np.array([renamed.kept]),
+            np.array([sub]),
+            engine,
+        )
         if renamed.unfused:
             out.unfused_modules.add(source)
         if name != source:
@@ -354,7 +386,11 @@ class _Cutter:
         if part.kind == "routed":
             width, target = layer.moe_intermediate_size, geo.routed_target()
         else:
-            width = layer.shared_chunk_size if part.index is not None else layer.shared_intermediate_size
+            width = (
+                layer.shared_chunk_size
+                if part.index is not None
+                else layer.shared_intermediate_size
+            )
             target = geo.shared_target(layer.n_shared, width)
         ranges = [(k * width, (k + 1) * width) for k in range(part.segments)]
         return self.cut(self.table.entry(row), row, part, ranges, target, width)
@@ -415,25 +451,29 @@ def _ops(ops: tuple[str, ...], steps: tuple[str, ...], kept: bool, how: str) -> 
     return ops
 
 
-def _check(inputs: PlanInputs, out: Planned, log: _Log, perm: list[int]) -> None:
-    """Collisions, unmatched tensors and the loader's fixed points, in plan order."""
+def _check(inputs: PlanInputs, out: Planned, names: list[str], log: _Log, perm: np.ndarray) -> None:
+    """Collisions, unmatched tensors and the loader's fixed points, in plan order
+    (``names``: the catalog's; ``perm``: each output row's number in ``log``)."""
     table = out.outputs
-    source_names = inputs.catalog.table.names()
     source = table.columns()[0].tolist()
-    written = [log.written[k] for k in perm]
-    if len(set(written)) != len(written):
+    steps, kept, _ = (c[perm] for c in log.columns())
+    history = {k: h for h, k in log.histories.items()}
+    written = [
+        own if own is not None else names[s] for own, s in zip(table.names, source, strict=True)
+    ]
+    if _collides(inputs, table, names):
         seen: dict[str, int] = {}
         for row, name in enumerate(written):
             first = seen.setdefault(name, row)
             if first != row:
-                a, b = log.steps[perm[first]], log.steps[perm[row]]
+                a, b = history[int(steps[first])], history[int(steps[row])]
                 raise InputError(
-                    f"{inputs.catalog.root}: tensors {source_names[source[first]]!r} and "
-                    f"{source_names[source[row]]!r} would both be written as {name!r} (rules "
+                    f"{inputs.catalog.root}: tensors {names[source[first]]!r} and "
+                    f"{names[source[row]]!r} would both be written as {name!r} (rules "
                     f"{', '.join(a) or 'none'} / {', '.join(b) or 'none'}); add a drop rule "
                     "for one of them in a recipe file (--recipe PATH)"
                 )
-    unmatched = [source_names[source[row]] for row, k in enumerate(perm) if not log.steps[k]]
+    unmatched = [names[source[row]] for row in np.flatnonzero(steps == 0).tolist()]
     if unmatched:
         raise InputError(
             f"{inputs.catalog.root}: {len(unmatched)} tensor(s) match no rule of recipe "
@@ -442,14 +482,30 @@ def _check(inputs: PlanInputs, out: Planned, log: _Log, perm: list[int]) -> None
         )
     if not inputs.recipe.loader_reapplies_rules:
         return
-    for row, k in enumerate(perm):
-        if log.kept[k]:
-            continue
-        again = inputs.rules.loader_view(written[row])
-        if again != log.engine[k]:
+    order = perm.tolist()
+    for row in np.flatnonzero(~kept).tolist():
+        name = written[row]
+        engine = log.engine.get(order[row], name)
+        again = inputs.rules.loader_view(name)
+        if again != engine:
             raise UsageError(
-                f"recipe {inputs.recipe.name}: {source_names[source[row]]!r} is written as "
-                f"{written[row]!r}, which the loader renames again to {again!r} instead of "
-                f"{log.engine[k]!r}; mark the rule that is not idempotent `at_load: true` in "
-                "the recipe"
+                f"recipe {inputs.recipe.name}: {names[source[row]]!r} is written as "
+                f"{name!r}, which the loader renames again to {again!r} instead of "
+                f"{engine!r}; mark the rule that is not idempotent `at_load: true` in the recipe"
             )
+
+
+def _collides(inputs: PlanInputs, table: OutputTable, names: list[str]) -> bool:
+    """Would two outputs have one name? Sources' names are distinct, so only a name a rule
+    or the planner made can collide: with another such name, or with a source written under
+    its own name."""
+    own = [n for n in table.names if n is not None]
+    if len(set(own)) != len(own):
+        return True
+    if not own:
+        return False
+    as_is = np.zeros(len(names), bool)  # sources written under their own name
+    source = table.columns()[0]
+    as_is[source[np.array([n is None for n in table.names], bool)]] = True
+    rows = inputs.catalog.table.rows_of(own)
+    return any(r is not None and as_is[r] for r in rows)

@@ -89,6 +89,25 @@ def test_collision_is_an_error_naming_both_sources(synth_ckpt, tmp_path):
         plan_of(synth_ckpt("deepseek-v3-fp8"), tp=1, recipe=str(recipe))
 
 
+def test_two_renamed_tensors_on_one_name_is_an_error(synth_ckpt, tmp_path):
+    recipe = tmp_path / "clash.yaml"
+    recipe.write_text(
+        yaml.safe_dump(
+            {
+                "name": "clash2",
+                "rules": {
+                    "regex": [{"match": r"\.(q_a_proj|kv_a_proj_with_mqa)\.", "replace": ".x_proj."}],
+                    "accept": [{"match": ".*", "reason": "test"}],
+                },
+            }
+        )
+    )
+    with pytest.raises(
+        InputError, match=r"kv_a_proj_with_mqa\.weight' and '.*q_a_proj\.weight' would both be"
+    ):
+        plan_of(synth_ckpt("deepseek-v3-fp8"), tp=1, recipe=str(recipe))
+
+
 def test_a_rule_the_loader_would_apply_twice_is_refused(synth_ckpt, tmp_path):
     doc = yaml.safe_load((bundled_dir() / "deepseek-v4-amd.yaml").read_text())
     for rule in doc["rules"]["suffix"]:
