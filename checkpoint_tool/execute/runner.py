@@ -58,6 +58,7 @@ from checkpoint_tool.execute.manifest import (
     write_manifest,
 )
 from checkpoint_tool.execute.open_source import open_sources
+from checkpoint_tool.execute.pages import release_free_heap
 from checkpoint_tool.execute.progress import Progress, make_progress
 from checkpoint_tool.execute.source import SourceFiles
 from checkpoint_tool.execute.tree import build_node
@@ -123,6 +124,7 @@ def execute_plan(
     ``pool`` spreads the weight files (default: ``workers`` threads of this process; a
     ``checkpoint_tool.execute.distributed.ray_pool.RayPool`` runs them as Ray tasks)."""
     t0 = time.monotonic()
+    release_free_heap()  # what planning freed is not carried through the run
     dst = Path(dst)
     pool = pool or ThreadPool(workers)
     if pool.workers < 1:
