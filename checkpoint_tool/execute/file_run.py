@@ -23,6 +23,7 @@ from checkpoint_tool.catalog.catalog import INDEX_NAME, Catalog
 from checkpoint_tool.catalog.safetensors_format import tensor_nbytes
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.execute.faults import fault_point
+from checkpoint_tool.execute.index_file import index_chunks
 from checkpoint_tool.execute.manifest import (
     FileRecord,
     Journal,
@@ -41,6 +42,7 @@ from checkpoint_tool.execute.writer import (
     fsync_dir,
     partial_name,
     write_bytes_atomic,
+    write_chunks_atomic,
     write_error,
 )
 from checkpoint_tool.plan.model import OutputFile, OutputTensor, Plan
@@ -215,9 +217,9 @@ class FileRun:
         durable = self.durable
         for name in names:
             if name == INDEX_NAME:
-                data = _index_bytes(self.plan)
-                sha = write_bytes_atomic(self.dst / name, data, durable=durable)
-                records.append(_record(name, data, sha))
+                chunks = index_chunks(self.plan)
+                size, sha = write_chunks_atomic(self.dst / name, chunks, durable=durable)
+                records.append(FileRecord(name=name, size=size, sha256=sha))
             elif name == CONFIG_NAME and self.plan.config is not None:
                 data = (json.dumps(self.plan.config, indent=2, sort_keys=True) + "\n").encode()
                 sha = write_bytes_atomic(self.dst / name, data, durable=durable)
@@ -256,14 +258,6 @@ class _CountingSink:
 
 def _record(name: str, data: bytes, sha: str) -> FileRecord:
     return FileRecord(name=name, size=len(data), sha256=sha)
-
-
-def _index_bytes(plan: Plan) -> bytes:
-    """``model.safetensors.index.json``: total_size = sum of tensor bytes, weight_map sorted."""
-    weight_map = {t.name: f.name for f in plan.files for t in f.tensors}
-    total = sum(tensor_bytes(t) for f in plan.files for t in f.tensors)
-    doc = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
-    return (json.dumps(doc, indent=2) + "\n").encode()
 
 
 def _copy_file(src: Path, root: Path, name: str, chunk: int, durable: bool = True) -> FileRecord:

@@ -44,6 +44,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from checkpoint_tool.execute.faults import fault_point
+from checkpoint_tool.execute.pages import page_buffer
 
 #: runs shorter than this go through the staging buffer (a mapping per tiny tensor costs more)
 ZERO_COPY_MIN = 1 << 20
@@ -102,7 +103,7 @@ class HashedOutput:
         self.capacity = capacity
         self.writeback = writeback
         self.zero_copy = hasattr(os, "copy_file_range")  # Linux only
-        self._bufs: list[bytearray] = [bytearray(capacity)]
+        self._bufs: list[mmap.mmap] = [page_buffer(capacity)]
         self._cur = 0
         self._used = 0
         self._run: _Run | None = None
@@ -136,7 +137,7 @@ class HashedOutput:
         self._used = 0
         self._cur ^= 1
         if len(self._bufs) == 1:
-            self._bufs.append(bytearray(self.capacity))
+            self._bufs.append(page_buffer(self.capacity))
 
     def _write_and_hash(self, data: memoryview, offset: int) -> None:
         self._wait_hash()  # the hash of the previous operation comes first
@@ -203,9 +204,10 @@ class HashedOutput:
                         raise
                     self.zero_copy = False  # from now on: pread + pwrite
             if not self.zero_copy:
-                buf = bytearray(n)
-                _pread_exact(run.fd, memoryview(buf), run.src + done, run.label)
+                buf = memoryview(page_buffer(n))
+                _pread_exact(run.fd, buf, run.src + done, run.label)
                 _pwrite_exact(self.fd, buf, run.dst + done)
+                buf.release()
             self._wait_hash()
             self._hashing = _pool("hash").submit(self._hash_written, run.dst + done, n)
             done += n

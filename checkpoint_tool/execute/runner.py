@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 from pathlib import Path, PurePosixPath
 
+import numpy as np
 from pydantic import BaseModel
 
 from checkpoint_tool import __version__
@@ -57,6 +58,7 @@ from checkpoint_tool.execute.manifest import (
     write_manifest,
 )
 from checkpoint_tool.execute.open_source import open_sources
+from checkpoint_tool.execute.pages import release_free_heap
 from checkpoint_tool.execute.progress import Progress, make_progress
 from checkpoint_tool.execute.source import SourceFiles
 from checkpoint_tool.execute.tree import build_node
@@ -122,6 +124,7 @@ def execute_plan(
     ``pool`` spreads the weight files (default: ``workers`` threads of this process; a
     ``checkpoint_tool.execute.distributed.ray_pool.RayPool`` runs them as Ray tasks)."""
     t0 = time.monotonic()
+    release_free_heap()  # what planning freed is not carried through the run
     dst = Path(dst)
     pool = pool or ThreadPool(workers)
     if pool.workers < 1:
@@ -221,24 +224,60 @@ def finish_output(
 
 def check_plan(plan: Plan, catalog: Catalog) -> None:
     """Build every tensor's node tree once, to check the whole plan before anything is written
-    (the trees are rebuilt per file while writing: memory stays flat on 100k-tensor plans)."""
+    (the trees are rebuilt per file while writing: memory stays flat on 100k-tensor plans).
+    Errors come in plan order: a file's name, then a tensor name planned before, then its
+    tensors' trees."""
     seen_files: set[str] = set()
-    seen_tensors: dict[tuple[int | None, str], str] = {}  # per rank (vllm-sharded repeats names)
-    for f in plan.files:
+    repeat = _first_repeat(plan)
+    for i, f in enumerate(plan.files):
         _check_name(f.name, "output file")
         if not f.name.endswith(".safetensors"):
             raise InputError(f"{f.name}: output weight files must end in .safetensors; re-plan")
         if f.name in seen_files:
             raise InputError(f"{f.name}: planned twice; the plan is inconsistent, re-plan")
         seen_files.add(f.name)
-        for t in f.tensors:
-            if (f.rank, t.name) in seen_tensors:
-                raise InputError(
-                    f"{t.name}: planned in {seen_tensors[f.rank, t.name]} and {f.name}; re-plan"
-                )
-            seen_tensors[f.rank, t.name] = f.name
+        if repeat is not None and repeat[0] == i:
+            raise InputError(repeat[1])
         for t in f.tensors:
             build_node(t, catalog.tensors)
+
+
+def _first_repeat(plan: Plan) -> tuple[int, str] | None:
+    """The first tensor, in plan order, whose ``(rank, name)`` an earlier one has (vllm-sharded
+    repeats names across ranks): its file's number and the error, or None.
+
+    Found on one 64-bit hash per tensor, sorted (a few arrays of 8 bytes a tensor; a name ->
+    file dict over every tensor held ~170 bytes a tensor), and confirmed on the names of the
+    tensors that share a hash: a collision is not a repeat.
+    """
+    files = plan.files
+    starts = np.cumsum([0, *(len(f.tensors) for f in files)])
+
+    def file_of(k: int) -> int:
+        return int(np.searchsorted(starts, k, "right")) - 1
+
+    hashes = np.empty(int(starts[-1]), np.int64)
+    for i, f in enumerate(files):
+        keys = (hash((f.rank, t.name)) for t in f.tensors)
+        hashes[starts[i] : starts[i + 1]] = np.fromiter(keys, np.int64, starts[i + 1] - starts[i])
+    order = np.argsort(hashes, kind="stable")  # equal hashes in plan order
+    ordered = hashes[order]
+    del hashes
+    shared = ordered[1:][ordered[1:] == ordered[:-1]]  # hashes of more than one tensor
+    first: tuple[int, str] | None = None  # (tensor number, error)
+    for h in np.unique(shared).tolist():
+        a, b = np.searchsorted(ordered, h, "left"), np.searchsorted(ordered, h, "right")
+        seen: dict[tuple[int | None, str], int] = {}  # the tensors of one hash, by key
+        for k in order[a:b].tolist():
+            f = files[file_of(k)]
+            key = (f.rank, f.tensors[k - int(starts[file_of(k)])].name)
+            if key in seen:  # the first repeat of this hash: later ones come later in the plan
+                if first is None or k < first[0]:
+                    earlier = files[file_of(seen[key])].name
+                    first = (k, f"{key[1]}: planned in {earlier} and {f.name}; re-plan")
+                break
+            seen[key] = k
+    return None if first is None else (file_of(first[0]), first[1])
 
 
 def _check_name(name: str, what: str) -> None:

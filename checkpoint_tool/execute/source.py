@@ -10,8 +10,9 @@ are two kinds, chosen once when the run opens its sources (``execute.open_source
 - ``RemoteSourceFiles`` (``execute.remote_source``): ranged requests of a hub or S3 store
   (parallel parts, retries, ETag pinned), prefetched in plan order.
 
-``RangeReader`` reads byte ranges into one reusable buffer per worker (no mmap: mapped pages
-would count as our memory, and a whole shard is never read).
+``RangeReader`` reads byte ranges into one reusable buffer per worker (pages of its own,
+``execute.pages``). The shards are never mapped: mapped pages would count as our memory, and a
+whole shard is never read.
 
 Example::
 
@@ -23,12 +24,14 @@ Example::
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.execute.pages import page_buffer
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -118,13 +121,13 @@ class GrowingBuffer:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._buf = bytearray(0)
+        self._buf: bytearray | mmap.mmap = bytearray(0)
 
     def view(self, nbytes: int) -> memoryview:
         if nbytes > self.capacity:
             raise ValueError(f"{nbytes} bytes requested from a buffer of {self.capacity}")
         if nbytes > len(self._buf):
-            self._buf = bytearray(min(self.capacity, max(nbytes, 2 * len(self._buf))))
+            self._buf = page_buffer(min(self.capacity, max(nbytes, 2 * len(self._buf))))
         return memoryview(self._buf)[:nbytes]
 
 

@@ -234,20 +234,34 @@ def fsync_dir(folder: Path, durable: bool = True) -> None:
 
 def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> str:
     """Write a small file (JSON, config) atomically; return its sha256."""
+    return write_chunks_atomic(path, [data], durable=durable)[1]
+
+
+def write_chunks_atomic(
+    path: Path, chunks: Iterable[bytes], *, durable: bool = True
+) -> tuple[int, str]:
+    """Write a file from ``chunks`` atomically (a temporary, fsync, rename), hashing as it
+    goes; its size and sha256: ``(1234, "9f86d0...")``."""
     path = Path(path)
     tmp = partial_name(path)
+    h, size = hashlib.sha256(), 0
     try:
         with open(tmp, "wb") as fh:
-            fh.write(data)
+            for data in chunks:
+                fh.write(data)
+                h.update(data)
+                size += len(data)
             fh.flush()
             fsync(fh.fileno(), durable)
         os.replace(tmp, path)
         fsync_dir(path.parent, durable)
     except OSError as exc:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
         raise write_error(path, exc, "cannot write") from exc
-    return hashlib.sha256(data).hexdigest()
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return size, h.hexdigest()
 
 
 def write_error(path: Path, exc: OSError, what: str) -> OutputError:

@@ -11,7 +11,7 @@ import pytest
 
 from checkpoint_tool.catalog import open_local
 from checkpoint_tool.errors import CkptError, InputError, OutputError
-from checkpoint_tool.execute import execute_plan, hashed_output
+from checkpoint_tool.execute import execute_plan, hashed_output, runner
 from checkpoint_tool.execute import source as source_mod
 from checkpoint_tool.plan.model import OutputTensor, Piece
 
@@ -213,3 +213,41 @@ def test_plan_level_errors(setup, tmp_path, mutate, message):
         execute_plan(bad, cat, tmp_path / "dst", progress=False)
     one_line(err.value)
     assert not (tmp_path / "dst").exists()
+
+
+def _first(plan):
+    return plan.files[0].tensors[0]
+
+
+@pytest.mark.parametrize("collide", [False, True], ids=["hashes", "every-hash-equal"])
+def test_a_repeated_name_is_named_with_both_files(setup, monkeypatch, collide):
+    _, plan, cat = setup
+    if collide:  # a hash collision is never taken for a repeat; a repeat is still found
+        monkeypatch.setattr(runner, "hash", lambda _: 7, raising=False)
+    runner.check_plan(plan, cat)
+    bad = copy.deepcopy(plan)
+    bad.files[2].tensors.insert(1, _first(bad))
+    bad.files[2].tensors.append(bad.files[1].tensors[0])  # later in the plan: not the one named
+    f0, f2 = bad.files[0].name, bad.files[2].name
+    with pytest.raises(InputError, match=f"^{_first(bad).name}: planned in {f0} and {f2}; re-plan"):
+        runner.check_plan(bad, cat)
+    bad = copy.deepcopy(plan)
+    bad.files[1].tensors.append(bad.files[1].tensors[0])
+    f1 = bad.files[1].name
+    with pytest.raises(InputError, match=f"planned in {f1} and {f1}; re-plan"):
+        runner.check_plan(bad, cat)
+
+
+@pytest.mark.parametrize("collide", [False, True], ids=["hashes", "every-hash-equal"])
+def test_a_name_may_repeat_on_another_rank(setup, monkeypatch, collide):
+    _, plan, cat = setup
+    if collide:
+        monkeypatch.setattr(runner, "hash", lambda _: 7, raising=False)
+    ranked = copy.deepcopy(plan)
+    for rank, f in enumerate(ranked.files):
+        f.rank = rank % 2
+    ranked.files[1].tensors.append(_first(ranked))  # rank 1: allowed
+    runner.check_plan(ranked, cat)
+    ranked.files[2].tensors.append(_first(ranked))  # rank 0 again: refused
+    with pytest.raises(InputError, match=f"planned in {ranked.files[0].name} and "):
+        runner.check_plan(ranked, cat)

@@ -150,3 +150,30 @@ def test_every_writeback_request_is_done_when_finish_returns(tmp_path, source, m
         assert offset == covered
         covered += nbytes
     assert covered == size
+
+
+def test_buffers_are_page_mappings_not_heap(tmp_path, source):
+    """The staging and read buffers are mappings of their own (``execute.pages``): malloc's
+    moving mmap threshold could otherwise carve them from a heap that keeps their pages."""
+    import tracemalloc
+
+    from checkpoint_tool.execute.source import GrowingBuffer
+
+    _, data = source
+    capacity = 4 << 20
+    tracemalloc.start()
+    try:
+        fd = os.open(tmp_path / "out.bin", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        out = HashedOutput(fd, capacity)
+        for _ in range(3):  # both staging buffers filled and written
+            out.reserve(capacity)[:8] = data[:8]
+            out.advance(capacity)
+        read = GrowingBuffer(capacity).view(capacity)
+        read[:8] = data[:8]
+        _, peak = tracemalloc.get_traced_memory()
+        out.finish()
+        os.close(fd)
+    finally:
+        tracemalloc.stop()
+    assert peak < capacity // 2, f"{peak} bytes on the Python heap for {capacity}-byte buffers"
+    assert (tmp_path / "out.bin").read_bytes() == 3 * (data[:8] + bytes(capacity - 8))

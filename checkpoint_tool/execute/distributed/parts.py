@@ -43,6 +43,7 @@ from checkpoint_tool.execute.manifest import (
     read_manifest,
 )
 from checkpoint_tool.execute.open_source import open_sources
+from checkpoint_tool.execute.pages import release_free_heap
 from checkpoint_tool.execute.progress import Progress, make_progress
 from checkpoint_tool.execute.runner import (
     DEFAULT_MEMORY_BUDGET,
@@ -160,6 +161,7 @@ def execute_part(
 ) -> PartReport:
     """Write part ``part`` of ``parts`` of the plan's weight files into ``dst``."""
     t0 = time.monotonic()
+    release_free_heap()  # what planning freed is not carried through the run
     dst = Path(dst)
     chunk = chunk_size(memory_budget, workers)
     check_plan(plan, catalog)
