@@ -3,7 +3,8 @@
 A full-size checkpoint has ~10^5 tensors but a few dozen distinct (suffix, role, scheme,
 dtype, shape) combinations, and a MoE layer's 256 experts of one projection are alike:
 ``dense_ids`` numbers the distinct combinations of several columns, ``groups`` lists the
-rows of each number. No per-row Python object is made.
+rows of each number, ``distinct`` the values an array holds. No per-row Python object is
+made.
 
 Example::
 
@@ -34,6 +35,12 @@ def dense_ids(*columns: np.ndarray) -> np.ndarray:
             key = np.unique(key, return_inverse=True)[1].reshape(-1)
         key = key * span + column
     return np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values of an array of small non-negative ints, ascending: ``np.unique``
+    without its first-call import of ``numpy.ma`` (~40 ms)."""
+    return np.flatnonzero(np.bincount(values)) if len(values) else np.zeros(0, np.int64)
 
 
 def groups(ids: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:

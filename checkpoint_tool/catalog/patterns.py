@@ -4,9 +4,9 @@
 ``model.layers.0.mlp.experts.00.down_proj.weight``. A full-size DeepSeek-R1 has ~92k names
 but ~95 patterns. The names of one pattern have the same length and the same characters
 everywhere but at its digits, so what a regex or a string method finds in a pattern (as long
-as it does not read digit values) sits at the same place in each of its names: work per name
-becomes work per pattern, and the digits at a place are read for all its names at once
-(``numbers``, ``split_by``) from the names as one array of characters.
+as it does not read digit values: ``matching``) sits at the same place in each of its names:
+work per name becomes work per pattern, and the digits at a place are read for all its names
+at once (``numbers``, ``split_by``) from the names as one array of characters.
 
 Example::
 
@@ -19,6 +19,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -76,14 +77,26 @@ class NamePatterns:
         return chars.tobytes().decode("ascii" if chars.dtype == np.uint8 else "utf-32-le")
 
     def numbers(self, rows: np.ndarray, start: int, end: int) -> np.ndarray:
-        """The number written at ``[start, end)`` of each of ``rows``' names (all digits there,
-        as their pattern says) as int64; a number too long for int64 as a Python int (an
-        object array)."""
+        """The number written at ``[start, end)`` of each of ``rows``' names (``int`` of that
+        text): int64 read as one array when they are ASCII digits, else Python ints in an
+        object array (a number too long for int64, digits of another script)."""
         width = end - start
-        if width > _MAX_DIGITS:
-            return np.array([int(self.text(r, start, end)) for r in rows.tolist()], object)
-        digits = self.chars[self.starts[rows, None] + np.arange(start, end)].astype(np.int64) - 48
-        return digits @ (10 ** np.arange(width - 1, -1, -1, dtype=np.int64))
+        if width <= _MAX_DIGITS:
+            chars = self.chars[self.starts[rows, None] + np.arange(start, end)]
+            if ((chars >= 48) & (chars <= 57)).all():
+                powers = 10 ** np.arange(width - 1, -1, -1, dtype=np.int64)
+                return (chars.astype(np.int64) - 48) @ powers
+        return np.array([int(self.text(r, start, end)) for r in rows.tolist()], object)
+
+    def matching(self, regex: re.Pattern[str]) -> Iterator[tuple[int, re.Match[str]]]:
+        """``(pattern number, match)`` of each pattern ``regex.match`` accepts. A regex that
+        treats all ASCII digits alike (no digit among its literals or classes, ``\\d``
+        allowed) matches a pattern exactly where it matches each of its names, over the
+        same characters."""
+        for k, pattern in enumerate(self.patterns):
+            m = regex.match(pattern)
+            if m is not None:
+                yield k, m
 
     def split_by(self, k: int, rows: np.ndarray, start: int, end: int) -> Iterator[np.ndarray]:
         """``rows`` (of pattern ``k``) grouped by their names' characters ``[start, end)``:

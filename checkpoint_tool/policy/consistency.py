@@ -65,7 +65,7 @@ def _issue(
 _EXPERT_RE = re.compile(r"^(.+)\.(experts|shared_experts|shared_expert)\.([^.\n]+)")
 #: a routed expert's weight ``{routed prefix}.{e}.{leaf}.weight``; groups: routed prefix,
 #: expert index, leaf
-_ROUTED_WEIGHT_RE = re.compile(r"^(.+\.experts)\.(0+)\.([^.]+)\.weight$")
+_ROUTED_WEIGHT_RE = re.compile(r"^(.+\.experts)\.(\d+)\.([^.]+)\.weight$")
 
 
 def scan_expert_tensors(patterns: NamePatterns) -> dict[str, dict[str, Any]]:
@@ -73,15 +73,11 @@ def scan_expert_tensors(patterns: NamePatterns) -> dict[str, dict[str, Any]]:
 
     ``model.layers.3.mlp.experts.7.w1.weight`` -> prefix ``model.layers.3.mlp``, index 7;
     ``...mlp.shared_experts.gate_proj.weight`` -> prefix ``...mlp``, shared (``shared`` holds
-    ``prefix.kind.next`` stems, sorted); an expert index is ASCII digits. The ~92k names of a
-    DeepSeek-R1 are ~95 patterns: a pattern's names are split by the text of their prefix,
+    ``prefix.kind.next`` stems, sorted). The ~92k names of a DeepSeek-R1 are ~95 patterns: a pattern's names are split by the text of their prefix,
     and their expert indices read as one array, a layer's 256 experts at once.
     """
     out: dict[str, dict[str, Any]] = {}
-    for k, pattern in enumerate(patterns.patterns):
-        m = _EXPERT_RE.match(pattern)
-        if m is None:
-            continue
+    for k, m in patterns.matching(_EXPERT_RE):
         end, (a, b), kind = m.end(1), m.span(3), m.group(2)
         for rows in patterns.split_by(k, patterns.rows(k), 0, end):
             prefix = patterns.text(int(rows[0]), 0, end)
@@ -89,7 +85,7 @@ def scan_expert_tensors(patterns: NamePatterns) -> dict[str, dict[str, Any]]:
             if kind != "experts":
                 for same in patterns.split_by(k, rows, a, b):
                     g["shared"].add(f"{prefix}.{kind}.{patterns.text(int(same[0]), a, b)}")
-            elif not pattern[a:b].strip("0"):  # all digits: an expert index
+            elif m.group(3).isdigit():  # an expert index
                 g["experts"].update(patterns.numbers(rows, a, b).tolist())
             else:
                 g["fused"] = True
@@ -100,15 +96,12 @@ def scan_expert_tensors(patterns: NamePatterns) -> dict[str, dict[str, Any]]:
 
 def routed_weights_present(patterns: NamePatterns) -> dict[tuple[str, str], np.ndarray]:
     """``(routed prefix, leaf)`` -> the experts ``e`` whose ``{prefix}.{e}.{leaf}.weight`` is
-    a name (``e`` written as ``str(e)`` writes it, up to 18 digits), e.g. ``("model.layers.3.mlp.experts",
-    "down_proj") -> array([0, 1, ..., 255])``."""
+    a name (``e`` written as ``str(e)`` writes it, up to 18 digits), e.g.
+    ``("model.layers.3.mlp.experts", "down_proj") -> array([0, 1, ..., 255])``."""
     out: dict[tuple[str, str], list[np.ndarray]] = {}
-    for k, pattern in enumerate(patterns.patterns):
-        m = _ROUTED_WEIGHT_RE.match(pattern)
-        if m is None:
-            continue
+    for k, m in patterns.matching(_ROUTED_WEIGHT_RE):
         end, (a, b), (c, d) = m.end(1), m.span(2), m.span(3)
-        if b - a > 18:  # an index of 19 digits or more: beyond any layer's expert count
+        if m.group(2).strip("0") or b - a > 18:  # not as str(e) writes an expert count's e
             continue
         for rows in patterns.split_by(k, patterns.rows(k), 0, end):
             for same in patterns.split_by(k, rows, c, d):
@@ -277,12 +270,14 @@ def _missing_routed_weights(
     """Names of the per-expert routed weights the layer should have and lacks, sorted."""
     base = layer.routed_prefix
     leaves = sorted({layer.routed_module(0, p).rsplit(".", 1)[1] for p in PROJS})
-    every = np.arange(layer.n_routed)
-    return sorted(
-        f"{base}.{e}.{leaf}.weight"
-        for leaf in leaves
-        for e in np.setdiff1d(every, present.get((base, leaf), every[:0])).tolist()
-    )
+    missing = []
+    for leaf in leaves:
+        held = np.zeros(layer.n_routed, bool)
+        found = present.get((base, leaf))
+        if found is not None:
+            held[found[found < layer.n_routed]] = True
+        missing += [f"{base}.{e}.{leaf}.weight" for e in np.flatnonzero(~held).tolist()]
+    return sorted(missing)
 
 
 # -- config patterns -------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from checkpoint_tool.catalog.grouping import dense_ids, groups
+from checkpoint_tool.catalog.grouping import dense_ids, distinct, groups
 from checkpoint_tool.quant.configs import QuarkConfig
 from checkpoint_tool.quant.configs.names import PACKED_SHARD_NAMES, expert_parts, packed_siblings
 from checkpoint_tool.quant.configs.shapes import (
@@ -224,7 +224,7 @@ class _ModuleCheck:
         weights = np.flatnonzero(self.weight_row >= 0)
         rows = self.weight_row[weights]
         out: list[Record] = []
-        for k in np.unique(patterns.pattern[rows]).tolist():
+        for k in distinct(patterns.pattern[rows]).tolist():
             picked = rows[patterns.pattern[rows] == k]
             module = self.columns.module_names[self.columns.module[picked[0]]]
             if not _may_be_packed_shard(patterns.patterns[k][: len(module)]):

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from checkpoint_tool.catalog.grouping import dense_ids, groups
+from checkpoint_tool.catalog.grouping import dense_ids, distinct, groups
 from checkpoint_tool.quant.roles import Role
 from checkpoint_tool.quant.scheme import Scheme
 
@@ -120,7 +120,7 @@ class ResolvedColumns:
         sizes = np.diff(start)
         out = np.zeros(len(self.module_names), np.int64)
         taken = 0
-        for size in np.unique(sizes).tolist():  # the modules of ``size`` tensors, together
+        for size in distinct(sizes).tolist():  # the modules of ``size`` tensors, together
             modules = np.flatnonzero(sizes == size)
             kinds = tensor_kind[order[start[modules, None] + np.arange(size)]]
             ids = dense_ids(*kinds.T)

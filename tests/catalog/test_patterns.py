@@ -52,9 +52,10 @@ def test_patterns_agree_with_each_name(synth_ckpt, preset):
 
 
 def test_odd_names_long_numbers_and_other_scripts():
-    names = ["a.12345678901234567890.w", "b.ä.3", "b.ä.4", "c", "", "b.ä.10"]
+    names = ["a.12345678901234567890.w", "b.ä.3", "b.ä.4", "c", "", "b.ä.10", "b.ä.٣"]
     p = NamePatterns.of_names(names)
-    assert p.patterns == ["a." + "0" * 20 + ".w", "b.ä.0", "c", "", "b.ä.00"]
+    assert p.patterns == ["a." + "0" * 20 + ".w", "b.ä.0", "c", "", "b.ä.00", "b.ä.٣"]
+    assert p.numbers(p.rows(5), 4, 5).tolist() == [3]  # int() of other digits
     assert p.numbers(p.rows(0), 2, 22).tolist() == [12345678901234567890]
     assert p.numbers(p.rows(1), 4, 5).tolist() == [3, 4]
     assert p.text(2, 0, 3) == "b.ä" and p.text(5, 4, 6) == "10"
