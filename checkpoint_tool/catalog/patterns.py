@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,6 +39,7 @@ class NamePatterns:
     def __init__(self, text: str, starts: np.ndarray) -> None:
         """``text``: the names joined by line breaks; ``starts``: the offset of each name in
         it, and one past the end (``len(text) + 1``) last."""
+        self.joined = text
         self.starts = starts
         if text.isascii():
             raw = text.encode("ascii")
@@ -73,8 +75,7 @@ class NamePatterns:
     def text(self, row: int, start: int, end: int) -> str:
         """Characters ``[start, end)`` of the name of ``row``."""
         at = int(self.starts[row])
-        chars = self.chars[at + start : at + end]
-        return chars.tobytes().decode("ascii" if chars.dtype == np.uint8 else "utf-32-le")
+        return self.joined[at + start : at + end]
 
     def numbers(self, rows: np.ndarray, start: int, end: int) -> np.ndarray:
         """The number written at ``[start, end)`` of each of ``rows``' names (``int`` of that
@@ -101,15 +102,88 @@ class NamePatterns:
     def split_by(self, k: int, rows: np.ndarray, start: int, end: int) -> Iterator[np.ndarray]:
         """``rows`` (of pattern ``k``) grouped by their names' characters ``[start, end)``:
         each group's rows in row order, the groups in the order of their first row."""
-        places = [i for i in range(start, end) if self.patterns[k][i] == "0"]
-        if not places or not len(rows):
-            if len(rows):
-                yield rows
+        if not len(rows):
             return
-        chars = self.chars[self.starts[rows, None] + np.array(places)]
-        ids = dense_ids(*chars.T.astype(np.int64))
+        ids = self.text_ids(rows, start, self.patterns[k][start:end])
         order, bounds = groups(ids, int(ids.max()) + 1)
         parts = [
             rows[order[a:b]] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
         ]
         yield from sorted(parts, key=lambda part: int(part[0]))
+
+    def parts(self, whole: np.ndarray | None = None) -> tuple[Numbered, Numbered]:
+        """Each name split as ``str.rpartition(".")`` splits it: its head
+        (``model.layers.3.mlp.experts.7.down_proj``) and its last component (``weight``);
+        the rows of ``whole`` keep their whole name as head. Heads and last components are
+        each numbered in the order of their first row, found per pattern (a pattern's names
+        have their last dot at one place) and told apart by their digits."""
+        n = len(self.pattern)
+        kept = np.zeros(n, bool)
+        if whole is not None:
+            kept[whole] = True
+        heads: dict[str, list[tuple[np.ndarray, int]]] = {}  # head pattern -> (rows, at 0)
+        tails: dict[str, list[tuple[np.ndarray, int]]] = {}  # last component -> (rows, at)
+        for k, pattern in enumerate(self.patterns):
+            rows = self.rows(k)
+            dot = pattern.rfind(".")
+            tails.setdefault(pattern[dot + 1 :], []).append((rows, dot + 1))
+            keep = kept[rows]
+            if keep.any():
+                heads.setdefault(pattern, []).append((rows[keep], 0))
+                rows = rows[~keep]
+            if len(rows):
+                heads.setdefault(pattern[: max(dot, 0)], []).append((rows, 0))
+        return self._numbered(heads), self._numbered(tails)
+
+    def _numbered(self, spans: dict[str, list[tuple[np.ndarray, int]]]) -> Numbered:
+        """Number the texts of ``spans`` (a text pattern -> the rows holding it and where it
+        starts in their names) in the order of their first row."""
+        n = len(self.pattern)
+        key = np.zeros(n, np.int64)
+        at = np.zeros(n, np.int64)  # where each row's text starts in the joined names
+        forms: list[str] = list(spans)
+        counts = np.zeros(len(forms), np.int64)  # per text pattern: its distinct texts
+        for f, (pattern, parts) in enumerate(spans.items()):
+            rows = np.concatenate([r for r, _ in parts])
+            at[rows] = self.starts[rows] + np.concatenate([np.full(len(r), s) for r, s in parts])
+            ids = self._text_ids(rows, at[rows], pattern, 0)
+            key[rows] = ids + counts.sum()
+            counts[f] = int(ids.max()) + 1 if len(ids) else 0
+        form = np.repeat(np.arange(len(forms)), counts)  # per key: its text pattern
+        order, bounds = groups(key, len(form))
+        first = order[bounds[:-1]]  # the first row of each key (a stable sort)
+        rank = np.empty(len(form), np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(form))
+        by_first = np.sort(first)
+        form_of = form[key[by_first]]
+        starts = at[by_first]
+        ends = starts + np.array([len(f) for f in forms], np.int64)[form_of]
+        texts = list(map(self.joined.__getitem__, map(slice, starts.tolist(), ends.tolist())))
+        return Numbered(rank[key] if n else key, texts, by_first, form_of, forms)
+
+    def text_ids(self, rows: np.ndarray, start: int, pattern: str) -> np.ndarray:
+        """A number per row of its text at ``start``, written ``pattern`` (the rows' names hold
+        it there, but for their digits): equal texts, equal numbers."""
+        return self._text_ids(rows, self.starts[rows], pattern, start)
+
+    def _text_ids(self, rows: np.ndarray, at: np.ndarray, pattern: str, shift: int) -> np.ndarray:
+        """A number per row of its text ``pattern`` stands for, starting at ``at + shift`` in
+        the joined names: equal texts, equal numbers (only the digits can differ)."""
+        places = [i + shift for i, c in enumerate(pattern) if c == "0"]
+        if not places:
+            return np.zeros(len(rows), np.int64)
+        chars = self.chars[at[:, None] + np.array(places)]
+        return dense_ids(*chars.T.astype(np.int64))
+
+
+class Numbered(NamedTuple):
+    """Texts numbered per row: ``ids[row]`` indexes ``texts``, ``first[k]`` is the first row
+    holding ``texts[k]`` and ``forms[form[k]]`` its pattern, e.g. ``Numbered(ids=array([0, 1,
+    0]), texts=["l.3", "l.12"], first=array([0, 1]), form=array([0, 1]), forms=["l.0",
+    "l.00"])``."""
+
+    ids: np.ndarray
+    texts: list[str]
+    first: np.ndarray
+    form: np.ndarray
+    forms: list[str]

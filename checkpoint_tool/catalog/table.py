@@ -308,6 +308,10 @@ class TensorTable:
         """Every row's shape, in order (equal shapes share one tuple)."""
         return map(self.shape_reader(), range(self._n))
 
+    def ranks(self) -> np.ndarray:
+        """Every row's number of dims (int64)."""
+        return np.diff(self._shape_off)
+
     def dtype_codes(self) -> np.ndarray:
         """Every row's dtype as its code into ``DTYPE_NAMES`` (uint8; a copy)."""
         return self._dtypes.copy()
@@ -317,7 +321,7 @@ class TensorTable:
         index: ``(array([0, 1, 1]), [(8, 64), (64,)])``. Computed once (the same arrays for
         every caller: read them, do not write them)."""
         if self._shape_ids is None:
-            ranks = np.diff(self._shape_off)
+            ranks = self.ranks()
             columns = [ranks]
             for d in range(int(ranks.max()) if self._n else 0):  # dim d + 1 (0: no such dim)
                 has = np.flatnonzero(ranks > d)

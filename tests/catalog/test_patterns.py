@@ -51,6 +51,33 @@ def test_patterns_agree_with_each_name(synth_ckpt, preset):
             assert split == list(by_text.values())
 
 
+def _parts_by_name(names: list[str], whole: set[int]) -> tuple[list, list]:
+    """Head and last component of each name, each numbered in order of first appearance."""
+    heads: dict[str, int] = {}
+    tails: dict[str, int] = {}
+    out_h, out_t = [], []
+    for row, name in enumerate(names):
+        head, _, tail = name.rpartition(".")
+        out_h.append(heads.setdefault(name if row in whole else head, len(heads)))
+        out_t.append(tails.setdefault(tail, len(tails)))
+    return (out_h, list(heads)), (out_t, list(tails))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_parts_split_each_name_at_its_last_dot(synth_ckpt, preset):
+    table = open_catalog(synth_ckpt(preset)).table
+    names = table.names()
+    whole = np.arange(0, len(names), 7)  # some rows keep their whole name as head
+    heads, tails = table.patterns().parts(whole)
+    (h_ids, h_texts), (t_ids, t_texts) = _parts_by_name(names, set(whole.tolist()))
+    assert (heads.ids.tolist(), heads.texts) == (h_ids, h_texts)
+    assert (tails.ids.tolist(), tails.texts) == (t_ids, t_texts)
+    for got in (heads, tails):
+        assert got.first.tolist() == [got.ids.tolist().index(k) for k in range(len(got.texts))]
+        zeroed = [t.translate(_ZERO) for t in got.texts]
+        assert [got.forms[f] for f in got.form.tolist()] == zeroed
+
+
 def test_odd_names_long_numbers_and_other_scripts():
     names = ["a.12345678901234567890.w", "b.ä.3", "b.ä.4", "c", "", "b.ä.10", "b.ä.٣"]
     p = NamePatterns.of_names(names)
@@ -60,3 +87,11 @@ def test_odd_names_long_numbers_and_other_scripts():
     assert p.numbers(p.rows(1), 4, 5).tolist() == [3, 4]
     assert p.text(2, 0, 3) == "b.ä" and p.text(5, 4, 6) == "10"
     assert [g.tolist() for g in p.split_by(1, p.rows(1), 4, 5)] == [[1], [2]]
+    heads, tails = p.parts()
+    (h_ids, h_texts), (t_ids, t_texts) = _parts_by_name(names, set())
+    assert (heads.ids.tolist(), heads.texts, tails.ids.tolist(), tails.texts) == (
+        h_ids,
+        h_texts,
+        t_ids,
+        t_texts,
+    )
