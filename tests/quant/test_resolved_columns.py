@@ -10,7 +10,7 @@ import pytest
 
 from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.policy.consistency import routed_weights_present, scan_expert_tensors
-from checkpoint_tool.quant.resolve import resolve_catalog
+from checkpoint_tool.quant.resolve import resolve_catalog, resolve_tensor
 
 PRESETS = ["deepseek-v3-fp8", "quark-hybrid", "deepseek-v4", "qwen3-moe", "quark-mxfp4"]
 #: the scan's rule, name by name (as it was written before the patterns)
@@ -64,3 +64,14 @@ def test_expert_scan_per_pattern_equals_the_scan_per_name(opened):
         if m := weight.match(name):
             expected.setdefault((m[1], m[3]), []).append(int(m[2]))
     assert present == {k: sorted(v) for k, v in expected.items()}
+
+
+def test_resolved_columns_equal_resolving_each_tensor(opened):
+    cat, rc = opened
+    cache: dict = {}
+    v4 = cat.config.get("model_type") == "deepseek_v4"  # float linears: scheme rewritten after
+    for name, e in cat.tensors.items():
+        want = resolve_tensor(rc.qconfig, name, dtype=e.dtype, shape=e.shape, cache=cache)
+        got = rc.tensors[name]
+        assert (got.module, got.role) == (want.module, want.role), name
+        assert v4 or got.scheme == want.scheme, name
