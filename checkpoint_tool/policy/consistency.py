@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from checkpoint_tool.catalog.grouping import dense_ids, groups
 from checkpoint_tool.catalog.patterns import NamePatterns
 from checkpoint_tool.catalog.table import TableTensors
 from checkpoint_tool.model import PROJS, ModelFacts, MoeLayerFacts
@@ -79,14 +80,22 @@ def scan_expert_tensors(patterns: NamePatterns) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for k, m in patterns.matching(_EXPERT_RE):
         end, (a, b), kind = m.end(1), m.span(3), m.group(2)
-        for rows in patterns.split_by(k, patterns.rows(k), 0, end):
-            prefix = patterns.text(int(rows[0]), 0, end)
+        rows = patterns.rows(k)
+        if kind != "experts":  # a shared expert: one stem per prefix and next component
+            ids = dense_ids(
+                patterns.text_ids(rows, 0, m.group(1)), patterns.text_ids(rows, a, m.group(3))
+            )
+        else:
+            ids = patterns.text_ids(rows, 0, m.group(1))
+        index = patterns.numbers(rows, a, b) if kind == "experts" and m.group(3).isdigit() else None
+        for same in _grouped(rows, ids):
+            first = int(rows[same[0]])
+            prefix = patterns.text(first, 0, end)
             g = out.setdefault(prefix, {"experts": set(), "fused": False, "shared": set()})
             if kind != "experts":
-                for same in patterns.split_by(k, rows, a, b):
-                    g["shared"].add(f"{prefix}.{kind}.{patterns.text(int(same[0]), a, b)}")
-            elif m.group(3).isdigit():  # an expert index
-                g["experts"].update(patterns.numbers(rows, a, b).tolist())
+                g["shared"].add(f"{prefix}.{kind}.{patterns.text(first, a, b)}")
+            elif index is not None:  # an expert index
+                g["experts"].update(index[same].tolist())
             else:
                 g["fused"] = True
     for g in out.values():
@@ -103,15 +112,23 @@ def routed_weights_present(patterns: NamePatterns) -> dict[tuple[str, str], np.n
         end, (a, b), (c, d) = m.end(1), m.span(2), m.span(3)
         if m.group(2).strip("0") or b - a > 18:  # not as str(e) writes an expert count's e
             continue
-        for rows in patterns.split_by(k, patterns.rows(k), 0, end):
-            for same in patterns.split_by(k, rows, c, d):
-                e = patterns.numbers(same, a, b)
-                if b - a > 1:
-                    e = e[e >= 10 ** (b - a - 1)]  # no leading zero
-                first = int(same[0])
-                key = (patterns.text(first, 0, end), patterns.text(first, c, d))
-                out.setdefault(key, []).append(e)
+        rows = patterns.rows(k)
+        e = patterns.numbers(rows, a, b)
+        canonical = e >= 10 ** (b - a - 1) if b - a > 1 else np.ones(len(e), bool)  # no 0 lead
+        ids = dense_ids(
+            patterns.text_ids(rows, 0, m.group(1)), patterns.text_ids(rows, c, m.group(3))
+        )
+        for same in _grouped(rows, ids):
+            first = int(rows[same[0]])
+            key = (patterns.text(first, 0, end), patterns.text(first, c, d))
+            out.setdefault(key, []).append(e[same][canonical[same]])
     return {key: np.concatenate(parts) for key, parts in out.items()}
+
+
+def _grouped(rows: np.ndarray, ids: np.ndarray) -> list[np.ndarray]:
+    """Positions into ``rows`` of each number of ``ids``: ``[array([0, 2]), array([1])]``."""
+    order, bounds = groups(ids, int(ids.max()) + 1 if len(ids) else 0)
+    return [order[x:y] for x, y in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
 
 
 def moe_structure_issues(
