@@ -121,12 +121,7 @@ class _ModuleCheck:
         """The module numbers of each class, in module order; the classes in the order of
         their first module."""
         cols = self.columns
-        fused = np.fromiter(
-            (m.endswith(FUSED_EXPERT_SUFFIXES) for m in cols.module_names),
-            bool,
-            len(cols.module_names),
-        )
-        ids = dense_ids(cols.module_classes(), fused)
+        ids = dense_ids(cols.module_classes(), cols.modules_ending(FUSED_EXPERT_SUFFIXES))
         order, start = groups(ids, int(ids.max()) + 1 if len(ids) else 0)
         members = [order[a:b] for a, b in zip(start[:-1].tolist(), start[1:].tolist(), strict=True)]
         return sorted(members, key=lambda m: int(m[0]))

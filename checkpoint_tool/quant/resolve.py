@@ -290,7 +290,16 @@ def resolve_catalog(catalog: Catalog, *, semantics: Semantics = "vllm") -> Resol
         role[row] = ROLE_CODES[t.role]
         scheme[row] = number(t.scheme)
     columns = ResolvedColumns(
-        table, role, scheme, module_col, suffix_col, schemes, module_names, suffixes
+        table,
+        role,
+        scheme,
+        module_col,
+        suffix_col,
+        schemes,
+        module_names,
+        suffixes,
+        heads.form,
+        heads.forms,
     )
     if isinstance(qconfig, DeepSeekV4Config):
         _dsv4_float_linears(catalog, qconfig, columns)

@@ -7,8 +7,10 @@ or in bulk through the column methods where a whole pass over ~10^5 tensors matt
 Per row (the catalog table's rows): ``role`` (uint8 code into ``ROLES``), ``scheme`` (int32
 index into ``schemes``: one object per distinct scheme, shared by every tensor that has it),
 ``module`` (int32 index into ``module_names``) and ``suffix`` (int32 index into
-``suffixes``). A full-size R1 resolves to ~3 KB of distinct schemes, 46k module names and
-13 bytes a tensor.
+``suffixes``). Per module: the number of its name pattern (``module_pattern`` into
+``module_patterns``, ``catalog.patterns``), so that what a module's name says without its
+digits is read once per pattern. A full-size R1 resolves to ~3 KB of distinct schemes, 46k
+module names and 13 bytes a tensor.
 
 Example::
 
@@ -63,6 +65,10 @@ class ResolvedColumns:
     schemes: list[Scheme]
     module_names: list[str]
     suffixes: list[str]
+    #: per module number, the number of its name pattern in ``module_patterns``
+    #: (``catalog.patterns``: ``model.layers.00.mlp.experts.000.down_proj``)
+    module_pattern: np.ndarray
+    module_patterns: list[str]
     #: module name -> number, built on the first lookup by name
     _module_ids: dict[str, int] | None = field(default=None, repr=False)
     #: rows grouped by module (CSR: ``_by_module`` rows, ``_module_start`` offsets)
@@ -106,6 +112,12 @@ class ResolvedColumns:
         if self._by_module is None or self._module_start is None:
             self._by_module, self._module_start = groups(self.module, len(self.module_names))
         return self._by_module, self._module_start
+
+    def modules_ending(self, suffixes: tuple[str, ...]) -> np.ndarray:
+        """Per module number, whether its name ends with one of ``suffixes`` (texts without
+        digits, e.g. ``.experts.down_proj``), read off its name pattern."""
+        ends = np.array([p.endswith(suffixes) for p in self.module_patterns], bool)
+        return ends[self.module_pattern]
 
     def module_classes(self) -> np.ndarray:
         """Per module number, the number of its class: the modules of one class hold
