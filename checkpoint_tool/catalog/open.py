@@ -1,7 +1,9 @@
 """Open any checkpoint source as a header-only ``Catalog``: the one place that tells them apart.
 
 A remote source (``hf://org/name@rev``, ``org/name``, ``s3://bucket/prefix``) goes to
-``catalog.remote.open``; a folder or one ``.safetensors`` file to ``catalog.local``.
+``catalog.remote.open``; a folder or one ``.safetensors`` file to ``catalog.local``. Each is
+imported when its kind of source comes: opening a folder starts its header reader before
+numpy and the catalog's table are imported (``catalog.local``).
 
 Example::
 
@@ -13,11 +15,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.catalog.local import open_local
-from checkpoint_tool.catalog.remote.open import open_remote
-from checkpoint_tool.catalog.sources import resolve_source
+from checkpoint_tool.catalog.sources import parse_remote, resolve_source
+
+if TYPE_CHECKING:
+    from checkpoint_tool.catalog.catalog import Catalog
 
 
 def open_catalog(
@@ -31,9 +35,12 @@ def open_catalog(
     ``meanwhile`` (e.g. importing what comes next) is called once while the headers are
     read, when a forked child parses part of them (``header_pool``).
     """
-    remote = open_remote(str(source), headers_only=headers_only)
-    if remote is not None:
-        return remote
+    if parse_remote(str(source)) is not None:
+        from checkpoint_tool.catalog.remote.open import open_remote
+
+        remote = open_remote(str(source), headers_only=headers_only)
+        if remote is not None:
+            return remote
     root, single_file, revision = resolve_source(str(source), headers_only=headers_only)
     cat = open_local(root, single_file=single_file, meanwhile=meanwhile)
     cat.source = str(source)

@@ -14,9 +14,9 @@ objects (~0.7 KiB); here a row is ~80 bytes:
 
 The columns are numpy arrays, private: callers use the methods (``names``, ``row_of``,
 ``entry``, ``rows_of_file``, ``names_matching``, ``name_dtype_shape``, ``by_name``,
-``total_bytes``, ``match_index`` ...). Records (``TensorEntry``) are made on demand, never
-held; ``TableTensors`` is the read-only ``Mapping[str, TensorEntry]`` view callers that want
-one record at a time use.
+``total_bytes``, ``match_index``, ``shape_ids``, ``patterns`` ...). Records
+(``TensorEntry``) are made on demand, never held; ``TableTensors`` is the read-only
+``Mapping[str, TensorEntry]`` view callers that want one record at a time use.
 
 Example::
 
@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from checkpoint_tool.catalog.grouping import dense_ids
+from checkpoint_tool.catalog.patterns import NamePatterns
 from checkpoint_tool.catalog.safetensors_format import (
     DTYPE_CODES,
     DTYPE_NAMES,
@@ -86,6 +88,8 @@ class TensorTable:
         self._begins = _concat([c.begins for _, c in parts])
         self._ends = _concat([c.ends for _, c in parts])
         self._runs: dict[int, list[range]] = {}
+        self._shape_ids: tuple[np.ndarray, list[tuple[int, ...]]] | None = None
+        self._patterns: NamePatterns | None = None
         start = 0
         for (f, _), count in zip(parts, counts, strict=True):
             self._runs.setdefault(f, []).append(range(start, start + count))
@@ -105,12 +109,14 @@ class TensorTable:
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (a Ray task's catalog) without the lookup: ``hash`` of a string differs
-        from process to process, so the receiver rebuilds it."""
-        skip = ("_hashes", "_hash_rows", "_hash_list", "_starts")
+        from process to process, so the receiver rebuilds it (and the name patterns, when
+        it asks for them)."""
+        skip = ("_hashes", "_hash_rows", "_hash_list", "_starts", "_patterns")
         return {k: v for k, v in self.__dict__.items() if k not in skip}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._patterns = None
         self._starts = memoryview(self._name_start.data)
         self._index(np.fromiter(map(hash, self.names()), np.int64, self._n))
 
@@ -179,6 +185,12 @@ class TensorTable:
     def names(self) -> list[str]:
         """Every name in row order (made now: one split of the joined names)."""
         return self._text.split(SEP) if self._n else []
+
+    def patterns(self) -> NamePatterns:
+        """The names grouped by pattern (``catalog.patterns``), computed once."""
+        if self._patterns is None:
+            self._patterns = NamePatterns(self._text, self._name_start)
+        return self._patterns
 
     def row_of(self, name: str) -> int | None:
         """The row of the tensor called ``name``, or None."""
@@ -296,24 +308,30 @@ class TensorTable:
         """Every row's shape, in order (equal shapes share one tuple)."""
         return map(self.shape_reader(), range(self._n))
 
+    def ranks(self) -> np.ndarray:
+        """Every row's number of dims (int64)."""
+        return np.diff(self._shape_off)
+
     def dtype_codes(self) -> np.ndarray:
         """Every row's dtype as its code into ``DTYPE_NAMES`` (uint8; a copy)."""
         return self._dtypes.copy()
 
     def shape_ids(self) -> tuple[np.ndarray, list[tuple[int, ...]]]:
         """Every row's shape as a number (int64), and the distinct shapes those numbers
-        index: ``(array([0, 1, 1]), [(8, 64), (64,)])``."""
-        ranks = np.diff(self._shape_off)
-        width = int(ranks.max()) if self._n else 0
-        grid = np.full((self._n, width + 1), -1, np.int64)
-        grid[:, 0] = ranks
-        for d in range(width):  # dim d of every row that has one
-            has = np.flatnonzero(ranks > d)
-            grid[has, d + 1] = self._dims[self._shape_off[has] + d]
-        rows = grid.view(np.dtype((np.void, grid.shape[1] * 8))).ravel()  # one value a row
-        _, first, ids = np.unique(rows, return_index=True, return_inverse=True)
-        shapes = [tuple(row[1 : 1 + row[0]]) for row in grid[first].tolist()]
-        return ids.reshape(-1).astype(np.int64), shapes
+        index: ``(array([0, 1, 1]), [(8, 64), (64,)])``. Computed once (the same arrays for
+        every caller: read them, do not write them)."""
+        if self._shape_ids is None:
+            ranks = self.ranks()
+            columns = [ranks]
+            for d in range(int(ranks.max()) if self._n else 0):  # dim d + 1 (0: no such dim)
+                has = np.flatnonzero(ranks > d)
+                column = np.zeros(self._n, np.int64)
+                column[has] = self._dims[self._shape_off[has] + d] + 1
+                columns.append(column)
+            ids = dense_ids(*columns)
+            first = np.unique(ids, return_index=True)[1]
+            self._shape_ids = ids, [self.dtype_shape_of(int(r))[1] for r in first.tolist()]
+        return self._shape_ids
 
     def dtype_names(self) -> list[str]:
         """Every row's dtype name, in order."""

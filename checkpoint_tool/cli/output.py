@@ -20,13 +20,12 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Literal, TypeVar
 
-from pydantic import BaseModel
-from typing_extensions import TypeIs
-
 from checkpoint_tool.errors import UsageError
 
-if TYPE_CHECKING:  # imported when a human report is drawn (json output never needs rich)
+if TYPE_CHECKING:  # rich when a human report is drawn; pydantic with the report a command made
+    from pydantic import BaseModel
     from rich.console import Console
+    from typing_extensions import TypeIs
 
     from checkpoint_tool.plan.model import Plan
 

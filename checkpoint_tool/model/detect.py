@@ -10,6 +10,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from checkpoint_tool.model.facts import ModelFacts
@@ -25,9 +26,10 @@ def model_facts(
 ) -> ModelFacts:
     """Facts for a model. Families of the table read config.json (the tensor names, when given,
     only decide the spelling of each layer's experts); unknown ones fall back to ``generic``, which
-    infers MoE layers from the names (and ``tensor_shapes`` for sizes)."""
+    infers MoE layers from the names (and ``tensor_shapes`` for sizes). A set or a mapping of
+    the names (a catalog's ``tensors``) is asked as it is; other iterables are made a set."""
     names: Collection[str] | None
-    if tensor_names is None or isinstance(tensor_names, (set, frozenset, dict)):
+    if tensor_names is None or isinstance(tensor_names, (AbstractSet, Mapping)):
         names = tensor_names
     else:
         names = set(tensor_names)

@@ -14,7 +14,7 @@ the whole config:
 
 Example::
 
-    moe_structure_issues(facts, cat.tensors, resolved.tensors)
+    moe_structure_issues(facts, cat.tensors)
     # [Issue(severity="error", rule="moe_expert_missing",
     #        tensor="model.layers.3.mlp.experts.7.down_proj.weight",
     #        message="model.layers.3.mlp.experts: 1 routed expert weight(s) missing ...")]
@@ -25,9 +25,13 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from checkpoint_tool.catalog.grouping import dense_ids, groups
+from checkpoint_tool.catalog.patterns import NamePatterns
+from checkpoint_tool.catalog.table import TableTensors
 from checkpoint_tool.model import PROJS, ModelFacts, MoeLayerFacts
 from checkpoint_tool.quant.configs import (
     DeepSeekFp8Config,
@@ -55,40 +59,76 @@ def _issue(
     )
 
 
-#: greedy: the last ``.experts.`` / ``.shared_expert(s).`` of a line (C speed, no backtracking
-#: storm); groups: prefix, kind, next component (expert index or parameter/projection name)
-_EXPERT_RE = re.compile(r"^(.+)\.(experts|shared_experts|shared_expert)\.([^.\n]+)", re.MULTILINE)
+#: greedy: the last ``.experts.`` / ``.shared_expert(s).`` of a name; groups: prefix, kind,
+#: next component (expert index or parameter/projection name). Run on name patterns
+#: (``catalog.patterns``): its literal parts hold no digit, so a match spans the same
+#: characters in every name of a pattern
+_EXPERT_RE = re.compile(r"^(.+)\.(experts|shared_experts|shared_expert)\.([^.\n]+)")
+#: a routed expert's weight ``{routed prefix}.{e}.{leaf}.weight``; groups: routed prefix,
+#: expert index, leaf
+_ROUTED_WEIGHT_RE = re.compile(r"^(.+\.experts)\.(\d+)\.([^.]+)\.weight$")
 
 
-#: names per ``findall`` in ``scan_expert_tensors``
-_SCAN_CHUNK = 4096
-
-
-def scan_expert_tensors(names: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """One pass over the names: MoE prefix -> routed expert indices, 3-D params, shared names.
+def scan_expert_tensors(patterns: NamePatterns) -> dict[str, dict[str, Any]]:
+    """MoE prefix -> routed expert indices, 3-D params, shared names, read per name pattern.
 
     ``model.layers.3.mlp.experts.7.w1.weight`` -> prefix ``model.layers.3.mlp``, index 7;
     ``...mlp.shared_experts.gate_proj.weight`` -> prefix ``...mlp``, shared (``shared`` holds
-    ``prefix.kind.next`` stems). One regex pass over the joined names (~90k names: ~0.1 s),
-    ``_SCAN_CHUNK`` names at a time: the matches of all names at once (one 3-tuple per expert
-    tensor, ~25 MB for a DeepSeek-R1) would exist only to be deduplicated.
+    ``prefix.kind.next`` stems, sorted). The ~92k names of a DeepSeek-R1 are ~95 patterns: a pattern's names are split by the text of their prefix,
+    and their expert indices read as one array, a layer's 256 experts at once.
     """
-    found: set[tuple[str, str, str]] = set()
-    it = iter(names)
-    while chunk := list(islice(it, _SCAN_CHUNK)):
-        found.update(_EXPERT_RE.findall("\n".join(chunk)))
     out: dict[str, dict[str, Any]] = {}
-    for prefix, kind, head in found:
-        g = out.setdefault(prefix, {"experts": set(), "fused": False, "shared": []})
-        if kind != "experts":
-            g["shared"].append(f"{prefix}.{kind}.{head}")
-        elif head.isdigit():
-            g["experts"].add(int(head))
+    for k, m in patterns.matching(_EXPERT_RE):
+        end, (a, b), kind = m.end(1), m.span(3), m.group(2)
+        rows = patterns.rows(k)
+        if kind != "experts":  # a shared expert: one stem per prefix and next component
+            ids = dense_ids(
+                patterns.text_ids(rows, 0, m.group(1)), patterns.text_ids(rows, a, m.group(3))
+            )
         else:
-            g["fused"] = True
+            ids = patterns.text_ids(rows, 0, m.group(1))
+        index = patterns.numbers(rows, a, b) if kind == "experts" and m.group(3).isdigit() else None
+        for same in _grouped(rows, ids):
+            first = int(rows[same[0]])
+            prefix = patterns.text(first, 0, end)
+            g = out.setdefault(prefix, {"experts": set(), "fused": False, "shared": set()})
+            if kind != "experts":
+                g["shared"].add(f"{prefix}.{kind}.{patterns.text(first, a, b)}")
+            elif index is not None:  # an expert index
+                g["experts"].update(index[same].tolist())
+            else:
+                g["fused"] = True
     for g in out.values():
-        g["shared"].sort()
+        g["shared"] = sorted(g["shared"])
     return out
+
+
+def routed_weights_present(patterns: NamePatterns) -> dict[tuple[str, str], np.ndarray]:
+    """``(routed prefix, leaf)`` -> the experts ``e`` whose ``{prefix}.{e}.{leaf}.weight`` is
+    a name (``e`` written as ``str(e)`` writes it, up to 18 digits), e.g.
+    ``("model.layers.3.mlp.experts", "down_proj") -> array([0, 1, ..., 255])``."""
+    out: dict[tuple[str, str], list[np.ndarray]] = {}
+    for k, m in patterns.matching(_ROUTED_WEIGHT_RE):
+        end, (a, b), (c, d) = m.end(1), m.span(2), m.span(3)
+        if m.group(2).strip("0") or b - a > 18:  # not as str(e) writes an expert count's e
+            continue
+        rows = patterns.rows(k)
+        e = patterns.numbers(rows, a, b)
+        canonical = e >= 10 ** (b - a - 1) if b - a > 1 else np.ones(len(e), bool)  # no 0 lead
+        ids = dense_ids(
+            patterns.text_ids(rows, 0, m.group(1)), patterns.text_ids(rows, c, m.group(3))
+        )
+        for same in _grouped(rows, ids):
+            first = int(rows[same[0]])
+            key = (patterns.text(first, 0, end), patterns.text(first, c, d))
+            out.setdefault(key, []).append(e[same][canonical[same]])
+    return {key: np.concatenate(parts) for key, parts in out.items()}
+
+
+def _grouped(rows: np.ndarray, ids: np.ndarray) -> list[np.ndarray]:
+    """Positions into ``rows`` of each number of ``ids``: ``[array([0, 2]), array([1])]``."""
+    order, bounds = groups(ids, int(ids.max()) + 1 if len(ids) else 0)
+    return [order[x:y] for x, y in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
 
 
 def moe_structure_issues(
@@ -105,7 +145,12 @@ def moe_structure_issues(
     Routed experts of one layer cannot resolve to different schemes: vLLM resolves the
     FusedMoE layer once (and ``resolve_catalog`` flags weights whose dtype disagrees)."""
     issues: list[Issue] = []
-    scan = scan_expert_tensors(entries)
+    if isinstance(entries, TableTensors):
+        patterns = entries.table.patterns()
+    else:
+        patterns = NamePatterns.of_names(entries)
+    scan = scan_expert_tensors(patterns)
+    present = routed_weights_present(patterns)
     moe = {m.prefix: m for m in facts.moe_layers}
     for prefix, g in sorted(scan.items()):
         if prefix in moe:
@@ -126,13 +171,14 @@ def moe_structure_issues(
         )
     for layer in facts.moe_layers:
         slots = (prefused or {}).get(layer.layer, [])
-        issues += _layer_issues(layer, scan.get(layer.prefix), entries, slots)
+        issues += _layer_issues(layer, scan.get(layer.prefix), present, entries, slots)
     return issues
 
 
 def _layer_issues(
     layer: MoeLayerFacts,
     g: dict[str, Any] | None,
+    present: Mapping[tuple[str, str], np.ndarray],
     entries: Mapping[str, TensorEntry],
     slots: list[int] | None = None,
 ) -> list[Issue]:
@@ -162,7 +208,7 @@ def _layer_issues(
                     )
                 )
     else:
-        missing = sorted(n for n in expected_routed_weights(layer) if n not in entries)
+        missing = _missing_routed_weights(layer, present)
         if missing:
             issues.append(
                 _issue(
@@ -235,11 +281,20 @@ def _layer_issues(
     return issues
 
 
-def expected_routed_weights(layer: MoeLayerFacts) -> set[str]:
-    """Names of every per-expert routed weight the layer should have."""
+def _missing_routed_weights(
+    layer: MoeLayerFacts, present: Mapping[tuple[str, str], np.ndarray]
+) -> list[str]:
+    """Names of the per-expert routed weights the layer should have and lacks, sorted."""
     base = layer.routed_prefix
     leaves = sorted({layer.routed_module(0, p).rsplit(".", 1)[1] for p in PROJS})
-    return {f"{base}.{e}.{leaf}.weight" for e in range(layer.n_routed) for leaf in leaves}
+    missing = []
+    for leaf in leaves:
+        held = np.zeros(layer.n_routed, bool)
+        found = present.get((base, leaf))
+        if found is not None:
+            held[found[found < layer.n_routed]] = True
+        missing += [f"{base}.{e}.{leaf}.weight" for e in np.flatnonzero(~held).tolist()]
+    return sorted(missing)
 
 
 # -- config patterns -------------------------------------------------------------------------

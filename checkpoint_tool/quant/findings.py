@@ -19,14 +19,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from checkpoint_tool.catalog.grouping import dense_ids, distinct, groups
 from checkpoint_tool.quant.configs import QuarkConfig
-from checkpoint_tool.quant.configs.names import PACKED_SHARD_NAMES, packed_siblings
+from checkpoint_tool.quant.configs.names import PACKED_SHARD_NAMES, expert_parts, packed_siblings
 from checkpoint_tool.quant.configs.shapes import (
     Expected,
     expected_siblings,
     weight_shape_problem,
 )
 from checkpoint_tool.quant.resolve import FUSED_EXPERT_SUFFIXES, ResolvedCatalog
+from checkpoint_tool.quant.resolved import ROLE_CODES, ROLES
 from checkpoint_tool.quant.roles import SCALE_ROLES
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 from checkpoint_tool.report import Issue, Severity
@@ -45,18 +49,28 @@ Spread = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
 def catalog_findings(
     catalog: Catalog, rc: ResolvedCatalog, *, spread: Spread | None = None
 ) -> list[Issue]:
-    """Every finding of ``rc`` against ``catalog``'s headers: errors first, then by file,
-    tensor, rule and message.
+    """Every finding of ``rc`` against ``catalog``'s headers (the rows of ``rc``'s table:
+    ``catalog`` is the one ``rc`` was resolved from): errors first, then by file, tensor,
+    rule and message.
 
-    ``spread`` maps the per-module check over the modules (default: here, in order); its
-    results must be the check's own (plain tuples), in order.
+    Modules are checked by class (``ResolvedColumns.module_classes``): the first module of a
+    class in full, and the others only when that one had findings or looked outside its own
+    tensors (then each may differ). ``spread`` maps the check over those others (default:
+    here, in order); its results must be the check's own (plain tuples), in order.
     """
     records: list[Record] = list(_config_records(rc))
-    check = _ModuleCheck(catalog, rc)
-    modules = list(rc.modules.items())
-    per_module = spread(check, modules) if spread is not None else [check(m) for m in modules]
-    for found in per_module:
+    check = _ModuleCheck(rc)
+    others: list[int] = []
+    for members in check.classes():
+        found, own = check.findings(members[0])
         records.extend(found)
+        if found or not own:
+            others.extend(members[1:])
+    if others:
+        per_module = spread(check, others) if spread is not None else list(map(check, others))
+        for found in per_module:
+            records.extend(found)
+    records.extend(check.packed_records())
     issues = [Issue(severity=v, tensor=t, file=f, rule=r, message=m) for v, t, f, r, m in records]
     issues.sort(key=_issue_order)
     return issues
@@ -84,29 +98,33 @@ def _why(scheme: Scheme) -> str:
 
 
 class _ModuleCheck:
-    """The findings of one module: ``check((module, parts)) -> (Record, ...)``; a module that
-    is the first stored shard of a packed layer also answers for the layer.
-
-    ``parts``: suffix -> tensor name of every tensor of the module, in catalog order.
-    ``expected_siblings`` is memoized per scheme (``Scheme.siblings_key``), weight dtype and
-    shape: a catalog's ~46k modules hold a handful of distinct schemes.
+    """The findings of one module: ``check(module number) -> (Record, ...)``.
 
     A module's own findings depend on its name only through the messages, and on its tensors
-    through their suffixes, roles, schemes, dtypes and shapes: its *signature*. A signature
-    that came out clean once (every expected sibling among the module's own tensors) is clean
-    again, so the 256 experts of one layer and projection are checked in full once, e.g.
-    ``(False, (("weight", "weight", 7, "F8_E4M3", (2048, 7168)), ("weight_scale_inv",
-    "scale", 7, "F32", (16, 56))))`` (7: the id of the layer's one ``Scheme`` object, which
-    the resolved catalog keeps alive).
+    through their suffixes, roles, schemes, dtypes and shapes: its class (plus whether it is
+    a fused 3-D expert parameter). When the first module of a class came out clean with
+    every expected sibling among its own tensors, every module of the class is clean: the
+    256 experts of one layer and projection are checked in full once. ``expected_siblings``
+    is memoized per scheme (``Scheme.siblings_key``), weight dtype and shape.
     """
 
-    def __init__(self, catalog: Catalog, rc: ResolvedCatalog) -> None:
-        self.headers = catalog.tensors
-        self.dtype_shape = catalog.table.dtype_shape
-        self.tensors = rc.tensors
-        self.weights = rc.weights()
+    def __init__(self, rc: ResolvedCatalog) -> None:
+        self.columns = cols = rc.columns
+        self.table = cols.table
         self.memo: dict[tuple[tuple, str, tuple[int, ...]], dict[str, Expected]] = {}
-        self.clean: set[tuple] = set()
+        #: per module number, the row of its weight (-1: none), as ``rc.weights()`` has it
+        self.weight_row = np.full(len(cols.module_names), -1, np.int64)
+        weights = np.flatnonzero(cols.role == ROLE_CODES["weight"])
+        self.weight_row[cols.module[weights]] = weights
+
+    def classes(self) -> list[np.ndarray]:
+        """The module numbers of each class, in module order; the classes in the order of
+        their first module."""
+        cols = self.columns
+        ids = dense_ids(cols.module_classes(), cols.modules_ending(FUSED_EXPERT_SUFFIXES))
+        order, start = groups(ids, int(ids.max()) + 1 if len(ids) else 0)
+        members = [order[a:b] for a, b in zip(start[:-1].tolist(), start[1:].tolist(), strict=True)]
+        return sorted(members, key=lambda m: int(m[0]))
 
     def expected(self, scheme: Scheme, dtype: str, shape: tuple[int, ...]) -> dict[str, Expected]:
         key = (scheme.siblings_key, dtype, shape)
@@ -115,54 +133,34 @@ class _ModuleCheck:
             hit = self.memo[key] = expected_siblings(scheme, dtype, shape)
         return hit
 
-    def record(self, rule: str, name: str, message: str, severity: Severity = "error") -> Record:
-        entry = self.headers.get(name)
-        return (severity, name, entry.file if entry else None, rule, message)
+    def record(self, rule: str, row: int, message: str, severity: Severity = "error") -> Record:
+        """A finding about the tensor of ``row``."""
+        entry = self.table.entry(row)
+        return (severity, entry.name, entry.file, rule, message)
 
-    def __call__(self, item: tuple[str, dict[str, str]]) -> tuple[Record, ...]:
-        found = self.module(*item)
-        # cheap first cut (~46k modules): a packed shard's last component
-        if item[0].rpartition(".")[2] in PACKED_SHARD_NAMES and item[0] in self.weights:
-            packed = self.packed(item[0])
-            if packed is not None:
-                return (*found, packed)
-        return found
+    def __call__(self, module: int) -> tuple[Record, ...]:
+        return self.findings(module)[0]
 
-    def module(self, module: str, parts: dict[str, str]) -> tuple[Record, ...]:
-        """Findings of the module's own tensors: weight dtype and shape, scales (none when
-        its signature came out clean before)."""
-        tensors, dtype_shape = self.tensors, self.dtype_shape
-        signature = (
-            module.endswith(FUSED_EXPERT_SUFFIXES),
-            tuple(
-                (suffix, (t := tensors[name]).role, id(t.scheme), *dtype_shape(name))
-                for suffix, name in parts.items()
-            ),
-        )
-        if signature in self.clean:
-            return ()
-        found, own = self._findings(module, parts)
-        if not found and own:
-            self.clean.add(signature)
-        return found
-
-    def _findings(self, module: str, parts: dict[str, str]) -> tuple[tuple[Record, ...], bool]:
-        """``module``'s findings, and whether every sibling its scheme expects was among its
-        own tensors (only then do they follow from its signature)."""
-        tensors, headers, record = self.tensors, self.headers, self.record
+    def findings(self, module_id: int) -> tuple[tuple[Record, ...], bool]:
+        """The module's findings, and whether every sibling its scheme expects was among its
+        own tensors (only then do they follow from its class)."""
+        cols, table, record = self.columns, self.table, self.record
+        module = cols.module_names[module_id]
+        #: suffix -> row of every tensor of the module, in row order
+        parts = {cols.suffixes[cols.suffix[r]]: r for r in cols.module_rows(module_id).tolist()}
         weight = None
-        scales: list[tuple[str, str]] = []  # (suffix, name) of the scale-like tensors
-        for suffix, name in parts.items():
-            role = tensors[name].role
+        scales: list[tuple[str, int]] = []  # (suffix, row) of the scale-like tensors
+        for suffix, row in parts.items():
+            role = ROLES[cols.role[row]]
             if role == "weight":
-                weight = weight or name
+                weight = row if weight is None else weight
             elif role in SCALE_ROLES:
-                scales.append((suffix, name))
+                scales.append((suffix, row))
         if weight is None:
             msg = f"scale tensor with no {module}.weight next to it; the config does not explain it"
-            return tuple(record("unexplained_tensor", n, msg) for _, n in scales), True
-        entry = headers[weight]
-        scheme = tensors[weight].scheme
+            return tuple(record("unexplained_tensor", r, msg) for _, r in scales), True
+        entry = table.entry(weight)
+        scheme = cols.schemes[cols.scheme[weight]]
         if scheme.format is WeightFormat.UNSUPPORTED:
             msg = (
                 f"{_why(scheme)}: ckpt cannot decode this scheme; it is reported but not converted"
@@ -188,28 +186,49 @@ class _ModuleCheck:
             return (*out, record("weight_shape", weight, msg)), True
         own = True
         for suffix, exp in expected.items():
-            name = parts.get(suffix) or f"{module}.{suffix}"
             own = own and suffix in parts
-            sib = headers.get(name)
-            if sib is None:
+            row = parts[suffix] if suffix in parts else table.row_of(f"{module}.{suffix}")
+            if row is None:
+                name = f"{module}.{suffix}"
                 msg = f"missing {exp.role} {name!r} ({'/'.join(exp.dtypes)}) that {_why(scheme)} needs"
                 out.append(record("missing_scale", weight, msg))
                 continue
+            sib = table.entry(row)
             if exp.dtypes and sib.dtype not in exp.dtypes:
                 msg = f"{sib.dtype}, but {_why(scheme)} stores its {exp.role} as {'/'.join(exp.dtypes)}"
-                out.append(record("scale_dtype", name, msg))
+                out.append(record("scale_dtype", row, msg))
             if tuple(sib.shape) not in exp.shapes:
                 msg = (
                     f"shape {list(sib.shape)}, but {_why(scheme)} needs {list(exp.shapes[0])} "
                     f"for weight {list(entry.shape)} {entry.dtype}"
                 )
-                out.append(record("scale_shape", name, msg))
-        for suffix, name in scales:
+                out.append(record("scale_shape", row, msg))
+        for suffix, row in scales:
             if suffix not in expected:
                 wanted = ", ".join(expected) or "no scale tensors"
                 msg = f"{_why(scheme)} stores {wanted}; this tensor is not explained by the config"
-                out.append(record("unexplained_tensor", name, msg))
+                out.append(record("unexplained_tensor", row, msg))
         return tuple(out), own
+
+    def packed_records(self) -> list[Record]:
+        """The ``packed_mismatch`` of each packed layer whose shards' schemes differ, found
+        at its first stored shard. The candidates are the modules of the weights whose name
+        pattern (``catalog.patterns``) may be a packed shard's and no routed expert's: a few
+        per layer, not its experts."""
+        patterns = self.table.patterns()
+        weights = np.flatnonzero(self.weight_row >= 0)
+        rows = self.weight_row[weights]
+        out: list[Record] = []
+        for k in distinct(patterns.pattern[rows]).tolist():
+            picked = rows[patterns.pattern[rows] == k]
+            module = self.columns.module_names[self.columns.module[picked[0]]]
+            if not _may_be_packed_shard(patterns.patterns[k][: len(module)]):
+                continue
+            for row in picked.tolist():
+                found = self.packed(self.columns.module_names[self.columns.module[row]])
+                if found is not None:
+                    out.append(found)
+        return out
 
     def packed(self, module: str) -> Record | None:
         """If ``module`` is the first stored shard of a packed layer (q/k/v, gate/up) whose
@@ -219,10 +238,12 @@ class _ModuleCheck:
         if packed is None:
             return None
         fused, shards = packed
-        present = [s for s in shards if s in self.weights]
+        weights = {s: w for s in shards if (w := self._weight(s)) is not None}
+        present = list(weights)
         if len(present) < 2 or present[0] != module:
             return None
-        schemes = [self.weights[s].scheme for s in present]
+        cols = self.columns
+        schemes = [cols.schemes[cols.scheme[weights[s]]] for s in present]
         if len({s.producer_identity() for s in schemes}) == 1:
             return None
         detail = "; ".join(
@@ -230,4 +251,25 @@ class _ModuleCheck:
             for s, sc in zip(present, schemes, strict=True)
         )
         msg = f"vLLM loads these shards into one {fused} layer and needs one scheme: {detail}"
-        return self.record("packed_mismatch", self.weights[module].name, msg)
+        return self.record("packed_mismatch", weights[module], msg)
+
+    def _weight(self, module: str) -> int | None:
+        """The row of the weight of ``module`` (a packed shard: ``{module}.weight``), or None."""
+        row = self.table.row_of(f"{module}.weight")
+        return row if row is not None and self.weight_row[self.columns.module[row]] == row else None
+
+
+#: the last name component of every packed shard, as a name pattern writes it (``w1`` -> ``w0``)
+_SHARD_PATTERNS = frozenset(
+    s.translate(str.maketrans("0123456789", "0" * 10)) for s in PACKED_SHARD_NAMES
+)
+
+
+def _may_be_packed_shard(module_pattern: str) -> bool:
+    """Whether modules of this name pattern may be packed shards: their last component
+    may be a shard's, and they are no routed experts (``expert_parts`` does not read digit
+    values, so a pattern answers for its names)."""
+    return (
+        module_pattern.rpartition(".")[2] in _SHARD_PATTERNS
+        and expert_parts(module_pattern) is None
+    )

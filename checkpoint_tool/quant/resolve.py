@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 from pydantic import BaseModel
 
+from checkpoint_tool.catalog.grouping import dense_ids, groups
 from checkpoint_tool.quant.configs import DeepSeekV4Config, QuantConfig
 from checkpoint_tool.quant.configs.base import FLOAT_DTYPES, unquantized
 from checkpoint_tool.quant.configs.load import load_quant_config
@@ -38,6 +39,8 @@ from checkpoint_tool.quant.scheme import Scheme
 
 if TYPE_CHECKING:
     from checkpoint_tool.catalog.catalog import Catalog
+    from checkpoint_tool.catalog.patterns import NamePatterns, Numbered
+    from checkpoint_tool.catalog.table import TensorTable
 
 __all__ = [
     "ResolvedCatalog",
@@ -172,7 +175,9 @@ def _resolve_split(
         scheme = _module_scheme(qconfig, module, semantics)
     else:
         hit = cache.get(module)
-        scheme = hit if hit is not None else _cached_module_scheme(qconfig, module, semantics, cache)
+        scheme = (
+            hit if hit is not None else _cached_module_scheme(qconfig, module, semantics, cache)
+        )
     return ResolvedTensor(name, module, role, scheme)
 
 
@@ -231,33 +236,20 @@ def scheme_differences(qconfig: QuantConfig, modules: list[str]) -> list[SchemeD
 def resolve_catalog(catalog: Catalog, *, semantics: Semantics = "vllm") -> ResolvedCatalog:
     """Resolve every tensor of ``catalog`` (its config and headers; no tensor data).
 
-    Resolved by module, not by tensor: each distinct module once, and under vLLM semantics
-    every routed expert of a (FusedMoE layer, projection) through its first expert (see
-    ``_cached_module_scheme``); the tensors take their module's scheme through the columns.
-    Raises ``InputError`` for an unsupported or malformed quantization config.
+    Resolved by module, not by tensor: the names are split into module and parameter suffix
+    per name pattern (``catalog.patterns``), each distinct module is resolved once, and under
+    vLLM semantics the routed experts of a (FusedMoE layer, projection) once for all, through
+    their first module (see ``_cached_module_scheme``); the tensors take their module's
+    scheme through the columns. Raises ``InputError`` for an unsupported or malformed
+    quantization config.
     """
     where = str(catalog.root / "config.json")
     qconfig = load_quant_config(catalog.config, catalog.hf_quant_config, where=where)
     table = catalog.table
-    names = table.names()
-    split = [name.rpartition(".") for name in names]
-    for row, (module, _, suffix) in enumerate(split):
-        if suffix in FUSED_EXPERT_PARAMS and module.endswith(".experts"):
-            if len(table.dtype_shape_of(row)[1]) == 3:  # a fused 3-D parameter: own module
-                split[row] = (names[row], ".", suffix)
-    module_of: dict[str, int] = {}
-    module_col = np.fromiter(
-        (module_of.setdefault(m, len(module_of)) for m, _, _ in split), np.int32, len(names)
-    )
-    suffix_of: dict[str, int] = {}
-    suffix_col = np.fromiter(
-        (suffix_of.setdefault(x, len(suffix_of)) for _, _, x in split), np.int32, len(names)
-    )
-    del split
-    module_names = list(module_of)
-    suffixes = list(suffix_of)
-    # per distinct module: its scheme (one resolution per module, or per FusedMoE projection)
-    cache: SchemeCache = {}
+    patterns = table.patterns()
+    heads, tails = patterns.parts(_fused_params(table, patterns))
+    module_col, suffix_col = heads.ids.astype(np.int32), tails.ids.astype(np.int32)
+    module_names, suffixes = heads.texts, tails.texts
     scheme_ids: dict[int, int] = {}  # id(Scheme) -> index into schemes
     schemes: list[Scheme] = []
 
@@ -268,38 +260,97 @@ def resolve_catalog(catalog: Catalog, *, semantics: Semantics = "vllm") -> Resol
             schemes.append(scheme)
         return k
 
-    module_scheme = np.fromiter(
-        (number(_cached_module_scheme(qconfig, m, semantics, cache)) for m in module_names),
+    # per distinct module: its scheme, numbered in module order
+    cache: SchemeCache = {}
+    group, leads = _scheme_groups(qconfig, semantics, patterns, heads)
+    group_scheme = np.fromiter(
+        (number(_cached_module_scheme(qconfig, module_names[m], semantics, cache)) for m in leads),
         np.int32,
-        len(module_names),
+        len(leads),
     )
+    module_scheme = group_scheme[group]
     role_of_suffix_code = np.array(
         [ROLE_CODES[ROLE_BY_SUFFIX.get(x, "other")] for x in suffixes], np.uint8
     )
-    role = role_of_suffix_code[suffix_col] if len(names) else np.zeros(0, np.uint8)
-    scheme = module_scheme[module_col] if len(names) else np.zeros(0, np.int32)
+    role = role_of_suffix_code[suffix_col] if len(table) else np.zeros(0, np.uint8)
+    scheme = module_scheme[module_col] if len(table) else np.zeros(0, np.int32)
     # the rest, tensor by tensor: parameters that are no weight, scale or bias, and the fused
     # 3-D expert parameters (own module; dtype and shape decide)
     odd_suffix = np.array(
         [ROLE_BY_SUFFIX.get(x, "other") == "other" or x in FUSED_EXPERT_PARAMS for x in suffixes],
         bool,
     )
-    odd = np.flatnonzero(odd_suffix[suffix_col]) if len(names) else np.zeros(0, np.int64)
+    odd = np.flatnonzero(odd_suffix[suffix_col]) if len(table) else np.zeros(0, np.int64)
     for row in odd.tolist():
-        name = names[row]
+        name = table.name(row)
         module, _, suffix = name.rpartition(".")
         dtype, shape = table.dtype_shape_of(row)
         t = _resolve_split(qconfig, name, module, suffix, dtype, shape, semantics, cache)
         assert t.module == module_names[module_col[row]], (t.module, name)
         role[row] = ROLE_CODES[t.role]
         scheme[row] = number(t.scheme)
-    del module_of, names
     columns = ResolvedColumns(
-        table, role, scheme, module_col, suffix_col, schemes, module_names, suffixes
+        table,
+        role,
+        scheme,
+        module_col,
+        suffix_col,
+        schemes,
+        module_names,
+        suffixes,
+        heads.form,
+        heads.forms,
     )
     if isinstance(qconfig, DeepSeekV4Config):
         _dsv4_float_linears(catalog, qconfig, columns)
     return ResolvedCatalog(qconfig=qconfig, columns=columns)
+
+
+def _fused_params(table: TensorTable, patterns: NamePatterns) -> np.ndarray:
+    """The rows of fused 3-D expert parameters (``X.experts.gate_up_proj`` [E, 2I, H]): each
+    is its own module, its whole name."""
+    ranks = table.ranks()
+    found = [np.zeros(0, np.int64)]
+    for k, pattern in enumerate(patterns.patterns):
+        module, _, suffix = pattern.rpartition(".")
+        if suffix in FUSED_EXPERT_PARAMS and module.endswith(".experts"):
+            rows = patterns.rows(k)
+            found.append(rows[ranks[rows] == 3])
+    return np.concatenate(found)
+
+
+def _scheme_groups(
+    qconfig: QuantConfig, semantics: Semantics, patterns: NamePatterns, heads: Numbered
+) -> tuple[np.ndarray, list[int]]:
+    """Modules that resolve to one scheme object together: per module number its group,
+    and each group's first module (ascending). Under vLLM semantics the routed experts of one (FusedMoE
+    layer, projection) are one group (``expert_key``: found per module pattern, told apart
+    by their digits), every other module a group of its own."""
+    group = np.arange(len(heads.texts), dtype=np.int64)
+    if semantics != "vllm" or not qconfig.experts_resolve_by_layer:
+        return group, list(range(len(heads.texts)))
+    keyed: dict[tuple[str, str], list[np.ndarray]] = {}
+    for f, form in enumerate(heads.forms):
+        if expert_key(form) is None:  # not a routed expert (PREFIX.experts.E.PROJ)
+            continue
+        head, _, proj = form.rpartition(".")
+        prefix = head.rpartition(".")[0]
+        modules = np.flatnonzero(heads.form == f)
+        rows = heads.first[modules]
+        ids = dense_ids(
+            patterns.text_ids(rows, 0, form[: len(prefix)]),
+            patterns.text_ids(rows, len(head) + 1, proj),
+        )
+        order, bounds = groups(ids, int(ids.max()) + 1)
+        for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+            same = modules[order[a:b]]
+            text = heads.texts[same[0]]
+            keyed.setdefault((text[: len(prefix)], text[len(head) + 1 :]), []).append(same)
+    for parts in keyed.values():
+        same = np.concatenate(parts)
+        group[same] = same.min()  # the group's first module
+    leads = np.flatnonzero(group == np.arange(len(group)))  # ascending
+    return np.searchsorted(leads, group), leads.tolist()
 
 
 def _dsv4_float_linears(catalog: Catalog, qconfig: DeepSeekV4Config, cols: ResolvedColumns) -> None:

@@ -7,8 +7,10 @@ or in bulk through the column methods where a whole pass over ~10^5 tensors matt
 Per row (the catalog table's rows): ``role`` (uint8 code into ``ROLES``), ``scheme`` (int32
 index into ``schemes``: one object per distinct scheme, shared by every tensor that has it),
 ``module`` (int32 index into ``module_names``) and ``suffix`` (int32 index into
-``suffixes``). A full-size R1 resolves to ~3 KB of distinct schemes, 46k module names and
-13 bytes a tensor.
+``suffixes``). Per module: the number of its name pattern (``module_pattern`` into
+``module_patterns``, ``catalog.patterns``), so that what a module's name says without its
+digits is read once per pattern. A full-size R1 resolves to ~3 KB of distinct schemes, 46k
+module names and 13 bytes a tensor.
 
 Example::
 
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from checkpoint_tool.catalog.grouping import dense_ids, distinct, groups
 from checkpoint_tool.quant.roles import Role
 from checkpoint_tool.quant.scheme import Scheme
 
@@ -62,6 +65,10 @@ class ResolvedColumns:
     schemes: list[Scheme]
     module_names: list[str]
     suffixes: list[str]
+    #: per module number, the number of its name pattern in ``module_patterns``
+    #: (``catalog.patterns``: ``model.layers.00.mlp.experts.000.down_proj``)
+    module_pattern: np.ndarray
+    module_patterns: list[str]
     #: module name -> number, built on the first lookup by name
     _module_ids: dict[str, int] | None = field(default=None, repr=False)
     #: rows grouped by module (CSR: ``_by_module`` rows, ``_module_start`` offsets)
@@ -97,13 +104,41 @@ class ResolvedColumns:
 
     def module_rows(self, module_id: int) -> np.ndarray:
         """The rows of module number ``module_id``, in row order."""
+        order, start = self._grouped()
+        return order[start[module_id] : start[module_id + 1]]
+
+    def _grouped(self) -> tuple[np.ndarray, np.ndarray]:
+        """The rows grouped by module (``grouping.groups``), computed once."""
         if self._by_module is None or self._module_start is None:
-            self._by_module = np.argsort(self.module, kind="stable")
-            counts = np.bincount(self.module, minlength=len(self.module_names))
-            self._module_start = np.zeros(len(self.module_names) + 1, np.int64)
-            np.cumsum(counts, out=self._module_start[1:])
-        a, b = self._module_start[module_id], self._module_start[module_id + 1]
-        return self._by_module[a:b]
+            self._by_module, self._module_start = groups(self.module, len(self.module_names))
+        return self._by_module, self._module_start
+
+    def modules_ending(self, suffixes: tuple[str, ...]) -> np.ndarray:
+        """Per module number, whether its name ends with one of ``suffixes`` (texts without
+        digits, e.g. ``.experts.down_proj``), read off its name pattern."""
+        ends = np.array([p.endswith(suffixes) for p in self.module_patterns], bool)
+        return ends[self.module_pattern]
+
+    def module_classes(self) -> np.ndarray:
+        """Per module number, the number of its class: the modules of one class hold
+        tensors of the same suffixes, roles, schemes, dtypes and shapes, row for row, so
+        that all a check of a module can find out without its name is the same for each
+        (a layer's 256 experts of one projection are one class). ``array([0, 1, 0])``:
+        modules 0 and 2 are alike."""
+        table = self.table
+        shape_id, _ = table.shape_ids()
+        tensor_kind = dense_ids(self.suffix, self.role, self.scheme, table.dtype_codes(), shape_id)
+        order, start = self._grouped()
+        sizes = np.diff(start)
+        out = np.zeros(len(self.module_names), np.int64)
+        taken = 0
+        for size in distinct(sizes).tolist():  # the modules of ``size`` tensors, together
+            modules = np.flatnonzero(sizes == size)
+            kinds = tensor_kind[order[start[modules, None] + np.arange(size)]]
+            ids = dense_ids(*kinds.T)
+            out[modules] = ids + taken
+            taken += int(ids.max()) + 1
+        return out
 
     def weight_rows(self) -> np.ndarray:
         """Per module number, the row of its ``weight`` tensor (-1: it has none)."""

@@ -162,3 +162,64 @@ def test_the_childs_answer_survives_marshal(tmp_path):
     back = [header_pool._header(p, rec) for p, rec in zip(paths, records, strict=True)]
     assert all(_same(a, read_header(p)) for a, p in zip(back, paths, strict=True))
     assert all(a.columns == read_header(p).columns for a, p in zip(back, paths, strict=True))
+
+
+# -- read_verified: with other work to do here, a child reads the index and every header --
+
+
+def _open_both(root: Path):
+    """The catalog opened with ``meanwhile`` (a child reads it all) and without, or the
+    ``InputError`` of each."""
+    out = []
+    for meanwhile in (lambda: None, None):
+        try:
+            out.append(open_local(root, meanwhile=meanwhile))
+        except InputError as exc:
+            out.append(exc)
+    return out
+
+
+def test_a_verified_read_equals_the_careful_one(tmp_path, monkeypatch):
+    paths = _shards(tmp_path, 2 * MIN_FILES)
+    _index(tmp_path, paths)
+    if FORKS:
+        taken = []
+        real = header_pool.read_verified
+        monkeypatch.setattr(
+            "checkpoint_tool.catalog.local.read_verified",
+            lambda *a: taken.append(1) or real(*a),
+        )
+    called = []
+    with_child = open_local(tmp_path, meanwhile=lambda: called.append(1))
+    careful = open_local(tmp_path)
+    assert called == [1] and (not FORKS or taken == [1])
+    assert list(with_child.tensors.items()) == list(careful.tensors.items())
+    assert (with_child.files, with_child.index) == (careful.files, careful.index)
+    assert with_child.headers == careful.headers
+    assert with_child.header_bytes_read == careful.header_bytes_read
+
+
+@pytest.mark.parametrize("defect", ["broken", "unindexed", "misfiled", "unlisted", "duplicate"])
+def test_what_the_child_finds_off_is_reported_as_the_careful_read_reports_it(tmp_path, defect):
+    paths = _shards(tmp_path, 2 * MIN_FILES)
+    _index(tmp_path, paths)
+    index = tmp_path / "model.safetensors.index.json"
+    doc = json.loads(index.read_text())
+    first = read_header(paths[0]).entries[0][0]
+    if defect == "broken":
+        paths[5].write_bytes(b"\x05\x00")
+    elif defect == "unindexed":  # a tensor of a shard is missing from the index
+        del doc["weight_map"][first]
+    elif defect == "misfiled":  # the index puts it in another shard
+        doc["weight_map"][first] = paths[1].name
+    elif defect == "unlisted":  # the index names a tensor no shard holds
+        doc["weight_map"]["ghost.weight"] = paths[0].name
+    else:  # shard 3 repeats a tensor of shard 0
+        _shard(paths[3], {first: ("BF16", [2, 2])})
+        doc["weight_map"] = {
+            n: p.name for p in paths for n, *_ in read_header(p).entries
+        }  # the index follows the last copy
+    index.write_text(json.dumps(doc))
+    with_child, careful = _open_both(tmp_path)
+    assert isinstance(careful, InputError)
+    assert isinstance(with_child, InputError) and with_child.message == careful.message

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from checkpoint_tool.catalog.patterns import NamePatterns
 from checkpoint_tool.model import model_facts
 from checkpoint_tool.policy.consistency import (
     moe_structure_issues,
@@ -37,7 +38,7 @@ def _names(layers=(1, 2, 3), experts=8, shared=True) -> dict[str, Entry]:
 
 
 def test_scan_groups_by_moe_prefix():
-    scan = scan_expert_tensors(_names(layers=(1,), experts=3))
+    scan = scan_expert_tensors(NamePatterns.of_names(_names(layers=(1,), experts=3)))
     g = scan["model.layers.1.mlp"]
     assert g["experts"] == {0, 1, 2} and not g["fused"] and len(g["shared"]) == 3
     assert "model.layers.0.mlp" not in scan

@@ -29,7 +29,8 @@ CONFIG = {
 
 
 def _catalog(seed: int, layers: int = 4, experts: int = 96) -> Catalog:
-    """A DeepSeek block-FP8 layout (headers only) with defects sprinkled at random."""
+    """A DeepSeek block-FP8 layout (headers only) with defects sprinkled at random, and the
+    down_proj scales of layers 1-3 all in BF16."""
     rng = random.Random(seed)  # defects at ~1 % of the experts
     tensors: dict[str, TensorEntry] = {}
 
@@ -55,7 +56,10 @@ def _catalog(seed: int, layers: int = 4, experts: int = 96) -> Catalog:
                     continue  # missing scale
                 if roll < 0.02:
                     scale = (scale[0] + 1, scale[1])  # wrong scale shape
-                add(f"{m}.weight_scale_inv", "BF16" if roll > 0.99 else "F32", scale)
+                # past layer 0, every down_proj scale in BF16: whole classes of modules with
+                # findings, each module checked on its own (the list ``spread`` maps)
+                bf16 = roll > 0.99 or (layer > 0 and proj == "down_proj")
+                add(f"{m}.weight_scale_inv", "BF16" if bf16 else "F32", scale)
     add("model.layers.0.mlp.experts.3.gate_proj.stray_scale", "F32", (1,))
     names = list(tensors)
     rng.shuffle(names)  # shard order is not module order

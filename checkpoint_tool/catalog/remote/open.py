@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,27 +37,12 @@ from checkpoint_tool.catalog.local import open_local
 from checkpoint_tool.catalog.paths import Where
 from checkpoint_tool.catalog.remote.store import Store, parallel
 from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES, FileHeader, parse_header
-from checkpoint_tool.catalog.sources import HUB_PATTERNS
+from checkpoint_tool.catalog.sources import HUB_PATTERNS, parse_remote
 from checkpoint_tool.errors import InputError
 
-HF_RE = re.compile(r"^(?:hf://)?([A-Za-z0-9][\w.-]*/[\w.-]+)(?:@([\w./-]+))?$")
-S3_RE = re.compile(r"^s3://([a-z0-9][a-z0-9.-]{1,61}[a-z0-9])(?:/(.*))?$")
 #: the first read of each shard: most headers fit, a longer one costs a second request
 SPECULATIVE = 64 << 10
 SMALL_FILES = ("config.json", "hf_quant_config.json", INDEX_NAME)
-
-
-def parse_remote(source: str) -> tuple[str, str, str | None] | None:
-    """``("hf", repo, rev)`` / ``("s3", bucket, prefix)``, or None for a local path."""
-    if source.startswith("s3://"):
-        m = S3_RE.match(source)
-        if not m:
-            raise InputError(f"{source}: not an S3 location like s3://bucket/prefix")
-        return "s3", m.group(1), (m.group(2) or "").strip("/")
-    if Path(source).expanduser().exists() or source.startswith((".", "/", "~")):
-        return None
-    m = HF_RE.match(source)
-    return ("hf", m.group(1), m.group(2)) if m else None
 
 
 def open_remote(source: str, *, headers_only: bool = True) -> Catalog | None:

@@ -45,12 +45,15 @@ _DEEPSEEK_V2_TYPES = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
 
 
 def _bias_layers(ctx: EngineContext) -> dict[int, str]:
-    out = {}
-    for name in ctx.catalog.tensors:
-        m = _BIAS.match(name)
-        if m:
-            out[int(m.group(1))] = name
-    return out
+    """Layer -> its router bias tensor (the last one in catalog order), read per name
+    pattern (``catalog.patterns``)."""
+    table = ctx.catalog.table
+    patterns = table.patterns()
+    found: list[tuple[int, int]] = []  # (row, layer)
+    for k, m in patterns.matching(_BIAS):
+        rows = patterns.rows(k)
+        found += zip(rows.tolist(), patterns.numbers(rows, *m.span(1)).tolist(), strict=True)
+    return {int(layer): table.name(row) for row, layer in sorted(found)}
 
 
 def check_model(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFinding]:
