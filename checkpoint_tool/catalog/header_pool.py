@@ -50,11 +50,11 @@ Result = FileHeader | InputError
 
 class Verified(NamedTuple):
     """A folder's shards as its index names them, every header read and held against the
-    index: ``files`` (sorted), ``index`` (its top-level object without ``weight_map``),
+    index: ``files`` (sorted), ``index_doc`` (its top-level object without ``weight_map``),
     ``headers`` (one per file, in order)."""
 
     files: list[str]
-    index: dict
+    index_doc: dict
     headers: list[FileHeader]
 
 

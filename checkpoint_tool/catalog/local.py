@@ -53,7 +53,7 @@ def open_local(
         verified, meanwhile = read_verified(root, meanwhile), None
     index = listing = reader = None
     if verified is not None:
-        files, index = verified.files, verified.index
+        files, index = verified.files, verified.index_doc
     elif single_file is not None:
         files = [single_file]
     elif indexed:

@@ -7,6 +7,11 @@ decided once per pattern (its file group, its text parts' sort ranks), and the n
 from two regex passes over the joined names, at C speed. The planner's file grouping and
 natural order (``plan.sharding``) read these columns instead of parsing name by name.
 
+The catalog's ``NamePatterns`` keeps one pattern per name *length* (each digit a ``0``), to
+read digits at fixed places of the source names it holds joined. Here a run of digits of any
+width is one number, as natural order needs (``layers.9`` before ``layers.10``), and the
+output names (renamed, not held joined) are read a block at a time.
+
 Example::
 
     parts = NameParts.of(lambda: [["layers.10.w1", "layers.2.w1", "embed.weight"]])
@@ -22,6 +27,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
+
+from checkpoint_tool.catalog.grouping import groups
 
 _DIGITS = re.compile(r"\d+")
 #: stands for one run of digits in a pattern (no name the parser accepts holds it)
@@ -106,8 +113,7 @@ class NameParts:
 
     def by_pattern(self) -> list[np.ndarray]:
         """The rows of each pattern (index: pattern number), each in row order."""
-        order = np.argsort(self.pid, kind="stable")
-        bounds = np.searchsorted(self.pid[order], np.arange(len(self.patterns) + 1))
+        order, bounds = groups(self.pid, len(self.patterns))
         return [order[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
 
     def number(self, rows: np.ndarray, k: int) -> np.ndarray:

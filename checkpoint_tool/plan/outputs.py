@@ -37,6 +37,7 @@ from typing import NamedTuple
 import numpy as np
 
 from checkpoint_tool.catalog.catalog import TensorEntry
+from checkpoint_tool.catalog.grouping import dense_ids, first_rows
 from checkpoint_tool.catalog.safetensors_format import DTYPE_NAMES, storage_shape, tensor_nbytes
 from checkpoint_tool.errors import InputError, UsageError, first_few
 from checkpoint_tool.plan.experts import ExpertColumns, ExpertPart, expert_columns
@@ -204,7 +205,9 @@ def _place_bulk(
         np.where(padding, dtype[w], -1), np.where(padding, shape_id[w], -1),
         np.where(padding, cols.scheme[w], -1), weight < 0,
     ]  # fmt: skip
-    first, inverse, count = distinct_rows(columns)
+    inverse = dense_ids(*columns)
+    count = int(inverse.max()) + 1 if len(inverse) else 0
+    first = first_rows(inverse, count)
     form_of = np.empty(count, np.int32)
     size_of = np.empty(count, np.int64)
     outputs = out.outputs
@@ -325,25 +328,6 @@ def _record(
                 out.module_renames.setdefault(src_module, set()).add(out_module)
             if renamed.redirected:
                 out.redirected_modules.add(src_module)
-
-
-def distinct_rows(columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, int]:
-    """The distinct rows of the table whose columns are ``columns`` (small non-negative-ish
-    ints, -1 allowed): ``(first row of each, each row's distinct number, count)``. The
-    columns are packed into one int64 key per row when their ranges fit (mixed radix), else
-    compared as raw bytes."""
-    lows = [int(c.min()) if len(c) else 0 for c in columns]
-    spans = [int(c.max()) - lo + 1 if len(c) else 1 for c, lo in zip(columns, lows, strict=True)]
-    key: np.ndarray
-    if np.prod(np.array(spans, dtype=object)) < 2**62:
-        key = np.zeros(len(columns[0]), np.int64)
-        for c, lo, span in zip(columns, lows, spans, strict=True):
-            key = key * span + (c.astype(np.int64) - lo)
-    else:
-        grid = np.ascontiguousarray(np.stack(columns, axis=1).astype(np.int64))
-        key = grid.view(np.dtype((np.void, grid.shape[1] * 8))).ravel()
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    return first, inverse.reshape(-1), len(first)
 
 
 def _form(dtype: str, placement: Placement, ops: tuple[str, ...]) -> Form:

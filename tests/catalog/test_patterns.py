@@ -7,9 +7,11 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from checkpoint_tool.catalog import open_catalog
-from checkpoint_tool.catalog.grouping import dense_ids, groups
+from checkpoint_tool.catalog.grouping import dense_ids, first_rows, groups
 from checkpoint_tool.catalog.patterns import NamePatterns
 
 PRESETS = ["deepseek-v3-fp8", "quark-hybrid", "deepseek-v4", "qwen3-moe", "modelopt-nvfp4"]
@@ -95,3 +97,28 @@ def test_odd_names_long_numbers_and_other_scripts():
         t_ids,
         t_texts,
     )
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 40).flatmap(
+        lambda n: st.lists(
+            st.lists(st.integers(-1, 5), min_size=n, max_size=n)
+            | st.lists(st.integers(-(2**40), 2**40), min_size=n, max_size=n),
+            min_size=1,
+            max_size=6,
+        )
+    )
+)
+def test_distinct_rows_are_the_distinct_tuples(columns):
+    """Numbered combinations (small ranges, negatives, ranges folded as they grow) and their
+    first rows are the distinct tuples and where each first appears."""
+    cols = [np.array(c, np.int64) for c in columns]
+    inverse = dense_ids(*cols)
+    count = int(inverse.max()) + 1
+    first = first_rows(inverse, count)
+    rows = list(zip(*columns, strict=True))
+    assert count == len(set(rows)) == len(first)
+    assert all(rows[first[inverse[k]]] == rows[k] for k in range(len(rows)))
+    assert len({rows[k] for k in first.tolist()}) == count
+    assert all(rows.index(rows[k]) == k for k in first.tolist())

@@ -127,29 +127,6 @@ def test_names_the_columns_cannot_hold_are_declined():
     assert NameParts.of(lambda: [["é" + "9" * 19]]) is None
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.integers(1, 40).flatmap(
-        lambda n: st.lists(
-            st.lists(st.integers(-1, 5), min_size=n, max_size=n)
-            | st.lists(st.integers(-(2**40), 2**40), min_size=n, max_size=n),
-            min_size=1,
-            max_size=6,
-        )
-    )
-)
-def test_distinct_rows_are_the_distinct_tuples(columns):
-    """Packed keys (small ranges) and raw-byte keys (wide ranges) find the same groups."""
-    from checkpoint_tool.plan.outputs import distinct_rows
-
-    cols = [np.array(c, np.int64) for c in columns]
-    first, inverse, count = distinct_rows(cols)
-    rows = list(zip(*columns, strict=True))
-    assert count == len(set(rows)) == len(first)
-    assert all(rows[first[inverse[k]]] == rows[k] for k in range(len(rows)))
-    assert len({rows[k] for k in first.tolist()}) == count
-
-
 @pytest.mark.parametrize(
     "preset", ["deepseek-v3-fp8", "quark-hybrid", "deepseek-v4", "qwen3.5-moe-mxfp4", "qwen2-moe"]
 )
