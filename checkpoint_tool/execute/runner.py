@@ -145,6 +145,7 @@ def execute_plan(
             overwrite=overwrite,
             durable=durable,
         )
+        release_free_heap()  # what planning and the plan's checks freed is not carried along
         run = FileRun(plan, sources, dst, state.journal, chunk, prog, durable)
         totals = file_totals(plan)
         prog.start(sum(totals), len(plan.files))

@@ -151,7 +151,7 @@ class OutputTable:
         """Every row's output name, in row order."""
         return [name for block in self.name_blocks() for name in block]
 
-    def name_blocks(self, size: int = 16384) -> Iterator[list[str]]:
+    def name_blocks(self, size: int = 4096) -> Iterator[list[str]]:
         """Every row's output name, in row order, ``size`` rows at a time (a pass over the
         names without ~10^5 strings alive at once)."""
         source = self.columns()[0]

@@ -289,18 +289,29 @@ def file_json(f: OutputFile, templates: _Templates | None = None) -> str:
 
 def plan_head_json(plan: Plan) -> str:
     """The compact JSON of ``plan`` without its files (``PlanDocument``'s ``model_dump_json``
-    with ``files`` excluded): the first part the plan hash reads. The provenance (one entry
-    per source tensor) is written here, the rest by pydantic."""
+    with ``files`` excluded): the first part the plan hash reads."""
+    return "".join(_plan_head_pieces(plan))
+
+
+def _plan_head_pieces(plan: Plan, block: int = 4096) -> Iterator[str]:
+    """``plan_head_json`` in pieces: the provenance (one entry per source tensor) written
+    here, ``block`` sources a piece, the rest by pydantic."""
     head = _head_dump(plan, provenance=False)
     head["files"] = []
     text = plan_document().model_validate(head).model_dump_json(exclude={"files"})
     # the last such key: a config value cannot hold it (quotes there are escaped)
     before, sep, after = text.rpartition(',"provenance":{},"summary":')
     assert sep, "the document's field order changed"
-    rows = ",".join(
-        f"{_c(k)}:[{','.join(map(_c, v))}]" for k, v in plan.provenance.items()
-    )
-    return f'{before},"provenance":{{{rows}}},"summary":{after}'
+    del text
+    yield f'{before},"provenance":{{'
+    items = iter(plan.provenance.items())
+    lead = ""
+    while rows := [
+        f"{_c(k)}:[{','.join(map(_c, v))}]" for k, v in itertools.islice(items, block)
+    ]:
+        yield lead + ",".join(rows)
+        lead = ","
+    yield f'}},"summary":{after}'
 
 
 def _provenance_items(plan: Plan) -> Any:
@@ -327,9 +338,14 @@ def plan_sha256(plan: Plan) -> str:
     plan without its files, then each file's compact JSON, each prefixed by its length.
     """
     h = hashlib.sha256()
+    # the head (the provenance: one entry per source tensor) is hashed in pieces, its
+    # length counted in a first pass
+    length = sum(len(piece.encode()) for piece in _plan_head_pieces(plan))
+    h.update(length.to_bytes(8, "little"))
+    for piece in _plan_head_pieces(plan):
+        h.update(piece.encode())
     templates = _Templates(tensor_json, '"name":""', '"source":""', _c)
-    files = (file_json(f, templates) for f in plan.files)
-    for data in itertools.chain([plan_head_json(plan)], files):
+    for data in (file_json(f, templates) for f in plan.files):
         raw = data.encode()
         h.update(len(raw).to_bytes(8, "little") + raw)
     return h.hexdigest()

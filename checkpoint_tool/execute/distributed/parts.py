@@ -171,6 +171,7 @@ def execute_part(
     names = [plan.files[i].name for i in mine]
     sha = plan_sha256(plan)
     journal, resumed = _prepare(dst, plan, others, sha, part, parts, names, resume, durable)
+    release_free_heap()  # what planning and the plan's checks freed is not carried along
     prog = make_progress(progress) if isinstance(progress, bool) else progress
     needed = sorted(
         {catalog.tensors[p.source].file for i in mine for t in plan.files[i].tensors
