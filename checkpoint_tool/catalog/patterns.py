@@ -77,6 +77,21 @@ class NamePatterns:
         at = int(self.starts[row])
         return self.joined[at + start : at + end]
 
+    def names_of(self, rows: np.ndarray) -> list[str]:
+        """The names of ``rows``, in their order: ASCII names gathered from the joined
+        characters as one array and split at their line breaks, others one by one."""
+        if self.chars.dtype != np.uint8 or not len(rows) or not len(self.chars):
+            joined, starts = self.joined, self.starts
+            return [joined[starts[r] : starts[r + 1] - 1] for r in rows.tolist()]
+        begin = self.starts[rows]
+        size = self.starts[rows + 1] - begin  # each name and the line break after it
+        shift = np.repeat(begin - (np.cumsum(size) - size), size)
+        at = np.arange(len(shift), dtype=np.int64) + shift
+        end = len(self.chars)  # the last name has no line break after it
+        chars = self.chars[np.minimum(at, end - 1)]
+        chars[at == end] = 10
+        return chars.tobytes().decode("ascii").split("\n")[:-1]
+
     def numbers(self, rows: np.ndarray, start: int, end: int) -> np.ndarray:
         """The number written at ``[start, end)`` of each of ``rows``' names (``int`` of that
         text): int64 read as one array when they are ASCII digits, else Python ints in an

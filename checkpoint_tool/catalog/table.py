@@ -186,6 +186,10 @@ class TensorTable:
         """Every name in row order (made now: one split of the joined names)."""
         return self._text.split(SEP) if self._n else []
 
+    def names_of(self, rows: np.ndarray) -> list[str]:
+        """The names of ``rows`` (an int array), in its order, made as one block."""
+        return self.patterns().names_of(rows)
+
     def patterns(self) -> NamePatterns:
         """The names grouped by pattern (``catalog.patterns``), computed once."""
         if self._patterns is None:

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 KINDS: tuple[str, ...] = ("kept", "renamed", "redirected", "unfused")
 KIND: dict[str, int] = {k: code for code, k in enumerate(KINDS)}
 
+#: names are made this many rows at a time (a pass over 10^5 names keeps a block alive)
+_BLOCK = 4096
+
 #: one piece without its source: ``(slices, pads)``
 PieceForm = tuple[tuple[Region, ...], tuple[Pad, ...]]
 
@@ -151,16 +154,16 @@ class OutputTable:
         """Every row's output name, in row order."""
         return [name for block in self.name_blocks() for name in block]
 
-    def name_blocks(self, size: int = 4096) -> Iterator[list[str]]:
+    def name_blocks(self, size: int = _BLOCK) -> Iterator[list[str]]:
         """Every row's output name, in row order, ``size`` rows at a time (a pass over the
         names without ~10^5 strings alive at once)."""
         source = self.columns()[0]
-        name = self.sources.name
+        names_of = self.sources.names_of
         for a in range(0, len(self.names), size):
             own = self.names[a : a + size]
             yield [
-                o if o is not None else name(s)
-                for o, s in zip(own, source[a : a + size].tolist(), strict=True)
+                o if o is not None else s
+                for o, s in zip(own, names_of(source[a : a + size]), strict=True)
             ]
 
     def record(self, row: int, source_name: str | None = None, name: str | None = None) -> OutputTensor:
@@ -280,17 +283,19 @@ class _ProvenanceItems(ItemsView[str, list[str]]):
     def __iter__(self) -> Iterator[tuple[str, list[str]]]:
         prov = self._mapping
         table = prov.outputs
-        name = table.sources.name
         runs = prov._runs.tolist()
         done = 0  # rows before ``outs``
         outs: list[str] = []
-        blocks = table.name_blocks()
-        for k, s in enumerate(prov._sources().tolist()):
-            a, b = runs[k], runs[k + 1]
-            while done + len(outs) < b:
-                done += len(outs)
-                outs = next(blocks)
-            if a >= done:
-                yield name(s), outs[a - done : b - done]
-            else:  # a source's outputs across two blocks
-                yield name(s), [table.name(r) for r in range(a, b)]
+        blocks = table.name_blocks(_BLOCK)
+        sources = prov._sources()
+        for first in range(0, len(sources), _BLOCK):
+            names = table.sources.names_of(sources[first : first + _BLOCK])
+            for k, name in enumerate(names, first):
+                a, b = runs[k], runs[k + 1]
+                while done + len(outs) < b:
+                    done += len(outs)
+                    outs = next(blocks)
+                if a >= done:
+                    yield name, outs[a - done : b - done]
+                else:  # a source's outputs across two blocks
+                    yield name, [table.name(r) for r in range(a, b)]

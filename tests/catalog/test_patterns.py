@@ -122,3 +122,17 @@ def test_distinct_rows_are_the_distinct_tuples(columns):
     assert all(rows[first[inverse[k]]] == rows[k] for k in range(len(rows)))
     assert len({rows[k] for k in first.tolist()}) == count
     assert all(rows.index(rows[k]) == k for k in first.tolist())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.text(st.characters(exclude_characters="\n"), max_size=12), min_size=1, max_size=30),
+    st.data(),
+)
+def test_names_of_gathers_the_names_of_any_rows(names, data):
+    """ASCII tables take the array gather, others the slices: both give the rows' names."""
+    rows = data.draw(st.lists(st.integers(0, len(names) - 1), max_size=40))
+    patterns = NamePatterns.of_names(names)
+    got = patterns.names_of(np.array(rows, np.int64))
+    assert got == [names[r] for r in rows]
+    assert patterns.names_of(np.arange(len(names))) == names

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -153,3 +155,12 @@ def test_expert_columns_name_the_modules_expert_modules_names(synth_ckpt, preset
         ), module  # fmt: skip
         if part.kind == "shared" or part.fused_3d:
             assert got.parts[k] == part
+
+
+@given(st.text(st.characters(exclude_characters="\n"), max_size=20))
+def test_plain_names_are_what_json_writes_as_they_are(text):
+    """A name goes into the plan templates unescaped exactly when JSON would not escape it
+    (DEL too is escaped by the compact spelling's peers, so it is never plain)."""
+    from checkpoint_tool.plan.serialize import _plain
+
+    assert _plain(text) == (json.dumps(text) == f'"{text}"' and "\x7f" not in text)
