@@ -29,6 +29,8 @@ from checkpoint_tool.catalog.grouping import dense_ids, groups
 
 #: bytes.translate table: every ASCII digit to ``0``
 _ZERO_DIGITS = bytes(48 if 48 <= b <= 57 else b for b in range(256))
+#: ``names_of`` gathers this many names at a time
+_GATHER = 1024
 #: int64 holds every number of up to 18 digits
 _MAX_DIGITS = 18
 
@@ -79,18 +81,24 @@ class NamePatterns:
 
     def names_of(self, rows: np.ndarray) -> list[str]:
         """The names of ``rows``, in their order: ASCII names gathered from the joined
-        characters as one array and split at their line breaks, others one by one."""
+        characters, ``_GATHER`` rows at a time (the index arrays stay small), and split at
+        their line breaks; others one by one."""
         if self.chars.dtype != np.uint8 or not len(rows) or not len(self.chars):
             joined, starts = self.joined, self.starts
             return [joined[starts[r] : starts[r + 1] - 1] for r in rows.tolist()]
-        begin = self.starts[rows]
-        size = self.starts[rows + 1] - begin  # each name and the line break after it
-        shift = np.repeat(begin - (np.cumsum(size) - size), size)
-        at = np.arange(len(shift), dtype=np.int64) + shift
+        out: list[str] = []
         end = len(self.chars)  # the last name has no line break after it
-        chars = self.chars[np.minimum(at, end - 1)]
-        chars[at == end] = 10
-        return chars.tobytes().decode("ascii").split("\n")[:-1]
+        for k in range(0, len(rows), _GATHER):
+            part = rows[k : k + _GATHER]
+            begin = self.starts[part]
+            size = self.starts[part + 1] - begin  # each name and the line break after it
+            at = np.repeat(begin - (np.cumsum(size) - size), size)
+            at += np.arange(len(at))
+            chars = self.chars[np.minimum(at, end - 1)]
+            chars[at == end] = 10
+            del at
+            out += chars.tobytes().decode("ascii").split("\n")[:-1]
+        return out
 
     def numbers(self, rows: np.ndarray, start: int, end: int) -> np.ndarray:
         """The number written at ``[start, end)`` of each of ``rows``' names (``int`` of that

@@ -349,6 +349,16 @@ def _parse_entries(
             f"{path}: tensor {bad!r} has a line break in its name, which ckpt cannot catalog; "
             "rename the tensor"
         )
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate, written as a \uD800-\uDFFF escape
+            bad = next(n for n in names if not _utf8(n))
+            raise InputError(
+                f"{path}: tensor {bad!r} has a name that is not valid UTF-8 (a lone surrogate "
+                "escape in the header JSON), which safetensors does not allow; rewrite the "
+                "header with the intended name"
+            ) from None
     columns = HeaderColumns(
         text,
         len(names),
@@ -368,6 +378,14 @@ def _parse_entries(
             path, {name: TensorEntry(name, file, *rest) for name, *rest in columns.entries()}
         )
     return columns
+
+
+def _utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _well_formed(info: Any, data_len: int) -> tuple[str, list[int], int, int] | None:

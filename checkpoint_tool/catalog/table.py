@@ -14,7 +14,7 @@ objects (~0.7 KiB); here a row is ~80 bytes:
 
 The columns are numpy arrays, private: callers use the methods (``names``, ``row_of``,
 ``entry``, ``rows_of_file``, ``names_matching``, ``name_dtype_shape``, ``by_name``,
-``total_bytes``, ``match_index``, ``shape_ids``, ``patterns`` ...). Records
+``total_bytes``, ``match_index``, ``shape_ids``, ``patterns``, ``names_of`` ...). Records
 (``TensorEntry``) are made on demand, never held; ``TableTensors`` is the read-only
 ``Mapping[str, TensorEntry]`` view callers that want one record at a time use.
 

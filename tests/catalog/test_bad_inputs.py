@@ -196,3 +196,19 @@ def test_console_script_prints_no_traceback(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["a\\ud800.weight", "b.\\udfff"])
+def test_name_with_a_lone_surrogate(tmp_path, capsys, name):
+    """JSON can spell a name no UTF-8 file holds (a lone surrogate escape): refused by name,
+    before anything encodes it."""
+    root = tmp_path / "ckpt"
+    root.mkdir()
+    entry = '{"dtype":"F32","shape":[1],"data_offsets":[0,4]}'
+    raw = f'{{"{name}":{entry}}}'.encode()
+    (root / "model.safetensors").write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(4))
+    _assert_one_line(
+        *_run(capsys, "inspect", str(root), "--format", "json"),
+        "model.safetensors",
+        "not valid UTF-8",
+    )
