@@ -4,8 +4,7 @@ A full-size checkpoint has ~10^5 tensors but a few dozen distinct (suffix, role,
 dtype, shape) combinations, and a MoE layer's 256 experts of one projection are alike:
 ``dense_ids`` numbers the distinct combinations of several columns, ``groups`` lists the
 rows of each number, ``first_rows`` the first of them, ``distinct`` the values an array
-holds. No per-row Python object is
-made.
+holds. No per-row Python object is made.
 
 Example::
 
@@ -24,8 +23,9 @@ _KEY_LIMIT = 1 << 62
 
 def dense_ids(*columns: np.ndarray) -> np.ndarray:
     """Per row, the number of its combination of ``columns`` values (ints, all of one
-    length, each column's range below 2**62): equal combinations get equal numbers, ``0 .. distinct - 1`` in the order of
-    the combinations (the first column most significant)."""
+    length, each column's range below 2**62): equal combinations get equal numbers,
+    ``0 .. distinct - 1`` in the order of the combinations (the first column most
+    significant)."""
     n = len(columns[0]) if columns else 0
     key = np.zeros(n, np.int64)
     if not n:
