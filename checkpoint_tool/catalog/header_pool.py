@@ -27,6 +27,9 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
+import mmap
+import struct
 from array import array
 from collections.abc import Callable
 from itertools import repeat
@@ -59,39 +62,125 @@ class Verified(NamedTuple):
 
 
 def read_verified(root: Path, meanwhile: Callable[[], object]) -> Verified | None:
-    """The index of ``root`` and every header it names, read by a forked child while
-    ``meanwhile`` runs here (called once); None when the child could not run or found
-    anything that did not check out."""
-    child = Forked(_verified, root)
+    """The index of ``root`` and every header it names, read by a forked child and, once
+    ``meanwhile`` has run here (called once), by this process too; None when the child could
+    not run or anything did not check out.
+
+    The child reads the index, then the shards from the front of the folder's sorted listing;
+    this process, from the back; they meet where their claims cross (``_Meeting``). The child
+    checks its headers against the index name by name and sends, for every other shard the
+    index names, the count and a digest of the names it maps there; this process holds its
+    own headers against those.
+    """
+    names = sorted(p.name for p in root.glob("*.safetensors"))
+    meeting = _Meeting(len(names))
+    child = Forked(_verified, root, names, meeting)
     try:
         meanwhile()
+        mine = _read_from_back(root, names, meeting) if child.started else {}
     except BaseException:
         child.abandon()
         raise
+    if mine is None:  # a header here did not read: the careful read says why
+        child.abandon()
+        return None
     answer = child.result()
     if answer is None:
         return None
-    files, index, records = answer
-    headers = [_header(root / rel, rec) for rel, rec in zip(files, records, strict=True)]
-    return Verified(files, index, headers)  # type: ignore[arg-type]  # no error among them
+    files, index, records, expected, remaining = answer
+    headers: list[FileHeader] = []
+    for rel in files:
+        rec = records.get(rel)
+        if rec is not None:
+            headers.append(_header(root / rel, rec))  # type: ignore[arg-type]
+            continue
+        header = mine.get(rel) or _read_one(root / rel)
+        if isinstance(header, InputError) or _names_digest(header.columns.names) != expected[rel]:
+            return None
+        remaining -= header.columns.count
+        headers.append(header)
+    return Verified(files, index, headers) if remaining == 0 else None
 
 
-def _verified(root: Path) -> tuple | None:
-    """The child's answer for ``read_verified``: ``(files, index, records)`` when every header
-    reads and holds exactly the names the index maps to its file, else None (an error raised
+class _Meeting:
+    """Where two readers of one list of ``n`` files are: the child takes them from the front,
+    this process from the back, each telling the other how far it got (two int32 on a page
+    both share). A file may be taken twice where they meet, never by neither."""
+
+    def __init__(self, n: int) -> None:
+        self.page = mmap.mmap(-1, 8)  # anonymous and shared: a forked child sees the same page
+        struct.pack_into("<ii", self.page, 0, 0, n)
+
+    def front_takes(self, i: int) -> bool:
+        """The child takes file ``i`` (files go 0, 1, ...), unless this process has."""
+        if i >= struct.unpack_from("<i", self.page, 4)[0]:
+            return False
+        struct.pack_into("<i", self.page, 0, i + 1)
+        return True
+
+    def back_takes(self, j: int) -> bool:
+        """This process takes file ``j`` (files go n-1, n-2, ...), unless the child has."""
+        if j < struct.unpack_from("<i", self.page, 0)[0]:
+            return False
+        struct.pack_into("<i", self.page, 4, j)
+        return True
+
+
+def _read_from_back(
+    root: Path, names: list[str], meeting: _Meeting
+) -> dict[str, FileHeader] | None:
+    """Headers of the files this process takes, from the last; None at the first that does
+    not read."""
+    mine: dict[str, FileHeader] = {}
+    for j in range(len(names) - 1, -1, -1):
+        if not meeting.back_takes(j):
+            break
+        header = _read_one(root / names[j])
+        if isinstance(header, InputError):
+            return None
+        mine[names[j]] = header
+    return mine
+
+
+def _verified(root: Path, names: list[str], meeting: _Meeting) -> tuple | None:
+    """The child's answer for ``read_verified``: ``(files, index, records, expected,
+    remaining)``: the index's shards and top-level object (without ``weight_map``), the
+    header records of the shards read here (each holding exactly the names the index maps
+    to it), ``(count, digest)`` of the names the index maps to each other shard, and how
+    many index names those shards must hold. None when anything is off (an error raised
     here ends the child, which is None too)."""
     index = read_json_if_present(root / INDEX_NAME) or {}
     files = files_from_index(root, index)
     weight_map = index.pop("weight_map")
-    records, count = [], 0
-    for rel in files:
+    wanted = set(files)
+    if not wanted.issubset(names):  # a shard in a subfolder: the careful read takes it
+        return None
+    records, count = {}, 0
+    for i, rel in enumerate(names):
+        if not meeting.front_takes(i):
+            break
+        if rel not in wanted:
+            continue
         header = read_header(root / rel)
-        names = header.columns.names
-        if not all(map(eq, map(weight_map.get, names), repeat(rel))):
+        if not all(map(eq, map(weight_map.get, header.columns.names), repeat(rel))):
             return None
         count += header.columns.count
-        records.append(_record(header))
-    return (files, index, records) if count == len(weight_map) else None
+        records[rel] = _record(header)
+    groups: dict[str, list[str]] = {rel: [] for rel in wanted.difference(records)}
+    for name, rel in weight_map.items():
+        group = groups.get(rel)
+        if group is not None:
+            group.append(name)
+    expected = {rel: _names_digest(group) for rel, group in groups.items()}
+    return files, index, records, expected, len(weight_map) - count
+
+
+def _names_digest(names: list[str]) -> tuple[int, bytes]:
+    """``(count, sha256 of the sorted names joined by line breaks)``: equal for two lists of
+    the same names in any order (with the count, a name holding a line break cannot pose as
+    two)."""
+    text = "\n".join(sorted(names)).encode("utf-8", "surrogatepass")
+    return len(names), hashlib.sha256(text).digest()
 
 
 class HeaderReader:

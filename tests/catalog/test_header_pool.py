@@ -200,14 +200,21 @@ def test_a_verified_read_equals_the_careful_one(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("defect", ["broken", "unindexed", "misfiled", "unlisted", "duplicate"])
-def test_what_the_child_finds_off_is_reported_as_the_careful_read_reports_it(tmp_path, defect):
+@pytest.mark.parametrize("end", ["front", "back"])
+def test_what_the_readers_find_off_is_reported_as_the_careful_read_reports_it(
+    tmp_path, defect, end
+):
+    """The child reads shards from the front, this process from the back: a defect at
+    either end is found and reported as the careful read reports it."""
     paths = _shards(tmp_path, 2 * MIN_FILES)
+    if end == "back":
+        paths = paths[::-1]
     _index(tmp_path, paths)
     index = tmp_path / "model.safetensors.index.json"
     doc = json.loads(index.read_text())
     first = read_header(paths[0]).entries[0][0]
     if defect == "broken":
-        paths[5].write_bytes(b"\x05\x00")
+        paths[1].write_bytes(b"\x05\x00")
     elif defect == "unindexed":  # a tensor of a shard is missing from the index
         del doc["weight_map"][first]
     elif defect == "misfiled":  # the index puts it in another shard
