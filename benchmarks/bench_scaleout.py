@@ -66,7 +66,7 @@ def main() -> int:
     from checkpoint_tool.execute import execute_plan
     from checkpoint_tool.plan.build import plan_for_catalog
     from checkpoint_tool.plan.model import PlanOptions
-    from checkpoint_tool.plan.sharding import parse_size
+    from checkpoint_tool.sizes import parse_size
 
     src, out = args.src, args.workdir / "out"
     args.workdir.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,6 @@ from checkpoint_tool.cli.output import emit
 from checkpoint_tool.cli.render import render_convert, render_plan, render_target
 from checkpoint_tool.cli.spread import convert_spread, run_convert
 from checkpoint_tool.execute.runner import execute_plan
-from checkpoint_tool.requant.select import RequantRequest
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -118,6 +117,8 @@ def register(app: typer.Typer) -> None:
         part: dist.PartOpt = None,
         finalize: dist.FinalizeOpt = False,
     ) -> None:
+        from checkpoint_tool.requant.select import RequantRequest
+
         requant = RequantRequest.parse(requantize_shared, requantize_layers, max_error)
         catalog, plan = session.open_plan(
             src, session.plan_options(ctx), recipe=recipe, headers_only=False, requant=requant

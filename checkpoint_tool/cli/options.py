@@ -23,6 +23,7 @@ import typer
 
 from checkpoint_tool.cli.output import BasicFormat, InspectFormat, OutputFormat
 from checkpoint_tool.errors import UsageError
+from checkpoint_tool.sizes import parse_size
 
 #: ``--fse`` / ``--layout`` values, as ``PlanOptions.fse`` / ``PlanOptions.layout`` spell them
 FseMode = Literal["auto", "on", "off"]
@@ -49,14 +50,6 @@ def parse_layers(text: str | None) -> Layers | None:
     except ValueError:
         raise UsageError(f"--layers {text!r}: write layer numbers like 3,4 or 3-5,7") from None
     return Layers(sorted(out))
-
-
-def parse_size(text: str | int) -> int:
-    """``"5GB"`` -> 5_000_000_000, ``"1GiB"`` -> 1_073_741_824 (``plan.sharding.parse_size``,
-    imported when a command has a size option: ``ckpt inspect`` does not load the planner)."""
-    from checkpoint_tool.plan.sharding import parse_size as parse
-
-    return parse(text)
 
 
 def _layers_option(help: str) -> Any:

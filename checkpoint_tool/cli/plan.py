@@ -27,7 +27,6 @@ from checkpoint_tool.cli.options import (
     TpOpt,
 )
 from checkpoint_tool.cli.output import emit
-from checkpoint_tool.requant.select import RequantRequest
 
 HELP = (
     "Show what a conversion would do (renames, FSE redirection, padding, files), reading only "
@@ -59,6 +58,8 @@ def register(app: typer.Typer) -> None:
         layout: LayoutOpt = "hf",
         fmt: FormatOpt = "human",
     ) -> None:
+        from checkpoint_tool.requant.select import RequantRequest
+
         requant = RequantRequest.parse(requantize_shared, requantize_layers, max_error)
         plan = session.open_plan(src, session.plan_options(ctx), recipe=recipe, requant=requant)[1]
         if fmt == "human":  # rich and the renderers: only for a table on the terminal

@@ -12,8 +12,6 @@ Example::
 
     shard(tensors, 5 * 1000**3)
     # [OutputFile(name="model-00001-of-00163.safetensors", tensors=[...], nbytes=4_398_046_511), ...]
-    parse_size("5GB"), parse_size("4.5GiB"), parse_size("1000000")
-    # (5000000000, 4831838208, 1000000)
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from checkpoint_tool.errors import UsageError
 from checkpoint_tool.plan.model import OutputFile, OutputTensor, output_nbytes
 from checkpoint_tool.plan.name_parts import MARK, NameParts, mark_index
 from checkpoint_tool.plan.output_table import OutputRows
@@ -34,41 +31,11 @@ from checkpoint_tool.plan.output_table import OutputRows
 if TYPE_CHECKING:
     from checkpoint_tool.plan.output_table import OutputTable
 
-_UNITS = {
-    "": 1,
-    "B": 1,
-    "KB": 1000,
-    "MB": 1000**2,
-    "GB": 1000**3,
-    "TB": 1000**4,
-    "KIB": 1024,
-    "MIB": 1024**2,
-    "GIB": 1024**3,
-    "TIB": 1024**4,
-}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*$")
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 _MTP = re.compile(r"^(?:model\.)?mtp\.(\d+)\.")
 _DIGITS = re.compile(r"(\d+)")
 _LAYER_OF_PATTERN = re.compile(_LAYER.pattern.replace(r"(\d+)", f"({MARK})"))
 _MTP_OF_PATTERN = re.compile(_MTP.pattern.replace(r"(\d+)", f"({MARK})"))
-
-
-def parse_size(text: str | int) -> int:
-    """``"5GB"`` -> 5_000_000_000 (decimal units; ``GiB`` etc. binary; bare numbers: bytes)."""
-    if isinstance(text, int):
-        size = text
-    else:
-        m = _SIZE.match(text)
-        unit = m.group(2).upper() if m else None
-        if m is None or unit not in _UNITS:
-            raise UsageError(
-                f"cannot read size {text!r}; write e.g. 5GB, 500MB, 4.5GiB or a number of bytes"
-            )
-        size = int(float(m.group(1)) * _UNITS[unit])
-    if size < 1:
-        raise UsageError(f"size {text!r} must be at least 1 byte")
-    return size
 
 
 def natural_key(name: str) -> tuple:

@@ -11,8 +11,9 @@ from plan_helpers import outputs, plan_of
 from checkpoint_tool.errors import InputError, UsageError
 from checkpoint_tool.plan.model import OutputTensor, Piece
 from checkpoint_tool.plan.serialize import plan_dump
-from checkpoint_tool.plan.sharding import natural_key, parse_size, shard
+from checkpoint_tool.plan.sharding import natural_key, shard
 from checkpoint_tool.recipes import bundled_dir
+from checkpoint_tool.sizes import parse_size
 
 
 def test_config_records_padded_size_and_conversion_metadata(synth_ckpt):
@@ -96,7 +97,9 @@ def test_two_renamed_tensors_on_one_name_is_an_error(synth_ckpt, tmp_path):
             {
                 "name": "clash2",
                 "rules": {
-                    "regex": [{"match": r"\.(q_a_proj|kv_a_proj_with_mqa)\.", "replace": ".x_proj."}],
+                    "regex": [
+                        {"match": r"\.(q_a_proj|kv_a_proj_with_mqa)\.", "replace": ".x_proj."}
+                    ],
                     "accept": [{"match": ".*", "reason": "test"}],
                 },
             }
