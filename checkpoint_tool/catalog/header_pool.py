@@ -4,8 +4,10 @@ Parsing a header is pure Python work (JSON, then the checks of ``read_header``):
 the 163 shards / 92k tensors of DeepSeek-R1, and ~0.1 s more for the index. Two ways:
 
 ``read_verified(root, meanwhile)``: when this process has other work (``meanwhile``, e.g.
-importing what comes next), a forked child reads the index and every header it names and
-checks that they agree, name by name: the answer is the files, the index (without its
+importing what comes next), a forked child reads the index and then the shards from the
+front, while this process, once ``meanwhile`` is done, reads them from the back; the child
+checks every header it read against the index, name by name, and tells this process what the
+index maps to each other shard. The answer is the files, the index (without its
 ``weight_map``) and the headers, or None when anything is off (the caller then reads it all
 itself, the careful way, and reports the precise error).
 

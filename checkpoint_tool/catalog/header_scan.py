@@ -43,7 +43,7 @@ class ScannedHeader(NamedTuple):
     absolute ``begin``/``end`` per entry, the dims of all shapes in a row, and the metadata."""
 
     text: str
-    count: int
+    count: int  # type: ignore[assignment]  # the field, as in ``HeaderColumns``
     dtypes: bytes
     ranks: bytes
     dims: array
@@ -64,7 +64,7 @@ def scan_header(
     end = len(raw.rstrip(b" "))
     if end < 2 or raw[0] != 0x7B or raw[end - 1] != 0x7D:  # not {...}
         return None
-    start, metadata = 1, {}
+    start, metadata = 1, dict[str, object]()
     if raw.startswith(_METADATA):
         try:
             head = raw[len(_METADATA) : end].decode("utf-8")
