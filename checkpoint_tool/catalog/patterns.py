@@ -19,9 +19,11 @@ Example::
 
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from array import array
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple, overload
 
 import numpy as np
 
@@ -43,19 +45,31 @@ class NamePatterns:
         it, and one past the end (``len(text) + 1``) last."""
         self.joined = text
         self.starts = starts
+        n = len(starts) - 1
         if text.isascii():
             raw = text.encode("ascii")
             self.chars: np.ndarray = np.frombuffer(raw, np.uint8)
-            lines: list = raw.translate(_ZERO_DIGITS).split(b"\n") if len(starts) > 1 else []
-            del raw
+            zeroed: bytes | str = raw
         else:  # one array item per character, so that offsets are those of ``text``
             self.chars = np.frombuffer(text.encode("utf-32-le"), np.uint32)
-            zeroed = np.where((self.chars >= 48) & (self.chars <= 57), 48, self.chars)
-            lines = zeroed.astype(np.uint32).tobytes().decode("utf-32-le").split("\n")
-            lines = lines if len(starts) > 1 else []
-        number = {line: k for k, line in enumerate(dict.fromkeys(lines))}
-        self.pattern = np.fromiter(map(number.__getitem__, lines), np.int32, len(lines))
-        del lines
+            digits = (self.chars >= 48) & (self.chars <= 57)
+            zeroed = np.where(digits, 48, self.chars).astype(np.uint32).tobytes().decode("utf-32-le")
+        number: dict[bytes | str, int] = {}  # pattern -> its number, in order of first row
+
+        def numbered(line: bytes | str) -> int:
+            return number.setdefault(line, len(number))
+
+        # a block of names at a time: the per-name strings never all exist at once
+        self.pattern = np.empty(n, np.int32)
+        for a in range(0, n, _GATHER):
+            b = min(a + _GATHER, n)
+            block = zeroed[int(starts[a]) : int(starts[b]) - 1]
+            if isinstance(block, bytes):
+                lines: list[bytes] | list[str] = block.translate(_ZERO_DIGITS).split(b"\n")
+            else:
+                lines = block.split("\n")
+            self.pattern[a:b] = np.fromiter(map(numbered, lines), np.int32, b - a)
+        del zeroed
         self.patterns: list[str] = [
             p.decode("ascii") if isinstance(p, bytes) else p for p in number
         ]
@@ -181,7 +195,7 @@ class NamePatterns:
         form_of = form[key[by_first]]
         starts = at[by_first]
         ends = starts + np.array([len(f) for f in forms], np.int64)[form_of]
-        texts = list(map(self.joined.__getitem__, map(slice, starts.tolist(), ends.tolist())))
+        texts = TextSlices(self.joined, starts, ends)
         return Numbered(rank[key] if n else key, texts, by_first, form_of, forms)
 
     def text_ids(self, rows: np.ndarray, start: int, pattern: str) -> np.ndarray:
@@ -199,6 +213,48 @@ class NamePatterns:
         return dense_ids(*chars.T.astype(np.int64))
 
 
+class TextSlices(Sequence[str]):
+    """Texts held as places in one string, each made when asked for: a list of ~46k module
+    names of a DeepSeek-R1 would hold ~100 bytes per name, the places hold 16.
+
+    ``TextSlices("l.3\\nl.12", array([0, 4]), array([3, 8]))`` reads as ``["l.3", "l.12"]``
+    (and compares equal to that list).
+    """
+
+    __slots__ = ("_ends", "_starts", "_text")
+
+    def __init__(self, text: str, starts: np.ndarray, ends: np.ndarray) -> None:
+        self._text = text
+        # plain arrays: indexing one gives a Python int (a numpy scalar costs ~5x more)
+        self._starts = array("q", np.asarray(starts, np.int64).tobytes())
+        self._ends = array("q", np.asarray(ends, np.int64).tobytes())
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+    @overload
+    def __getitem__(self, k: int) -> str: ...
+    @overload
+    def __getitem__(self, k: slice) -> list[str]: ...
+    def __getitem__(self, k: int | slice) -> str | list[str]:
+        if isinstance(k, slice):
+            return list(map(self._text.__getitem__, map(slice, self._starts[k], self._ends[k])))
+        return self._text[self._starts[k] : self._ends[k]]
+
+    def __iter__(self) -> Iterator[str]:
+        return map(self._text.__getitem__, map(slice, self._starts, self._ends))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(map(operator.eq, self, other))
+
+    __hash__ = None  # type: ignore[assignment]  # compares by content, like a list
+
+    def __repr__(self) -> str:
+        return f"TextSlices({list(self)!r})"
+
+
 class Numbered(NamedTuple):
     """Texts numbered per row: ``ids[row]`` indexes ``texts``, ``first[k]`` is the first row
     holding ``texts[k]`` and ``forms[form[k]]`` its pattern, e.g. ``Numbered(ids=array([0, 1,
@@ -206,7 +262,7 @@ class Numbered(NamedTuple):
     "l.00"])``."""
 
     ids: np.ndarray
-    texts: list[str]
+    texts: TextSlices
     first: np.ndarray
     form: np.ndarray
     forms: list[str]

@@ -23,7 +23,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterator, Mapping, ValuesView
+from collections.abc import ItemsView, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -63,8 +63,8 @@ class ResolvedColumns:
     module: np.ndarray
     suffix: np.ndarray
     schemes: list[Scheme]
-    module_names: list[str]
-    suffixes: list[str]
+    module_names: Sequence[str]
+    suffixes: Sequence[str]
     #: per module number, the number of its name pattern in ``module_patterns``
     #: (``catalog.patterns``: ``model.layers.00.mlp.experts.000.down_proj``)
     module_pattern: np.ndarray
