@@ -54,6 +54,8 @@ from checkpoint_tool.errors import InputError
 _new = tuple.__new__
 #: what joins the names in ``_text`` (and what no tensor name may hold)
 SEP = "\n"
+#: ``iter_names`` makes the names this many rows at a time
+_NAME_BLOCK = 1024
 
 
 class TensorTable:
@@ -186,6 +188,17 @@ class TensorTable:
         """Every name in row order (made now: one split of the joined names)."""
         return self._text.split(SEP) if self._n else []
 
+    def joined_names(self) -> str:
+        """Every name in row order, joined by ``SEP`` (the table's own string, not a copy)."""
+        return self._text
+
+    def iter_names(self) -> Iterator[str]:
+        """Every name in row order, made ``_NAME_BLOCK`` rows at a time (no list of all)."""
+        text, starts, n = self._text, self._starts, self._n
+        for a in range(0, n, _NAME_BLOCK):
+            b = min(a + _NAME_BLOCK, n)
+            yield from text[starts[a] : starts[b] - 1].split(SEP)
+
     def names_of(self, rows: np.ndarray) -> list[str]:
         """The names of ``rows`` (an int array), in its order, made as one block."""
         return self.patterns().names_of(rows)
@@ -225,9 +238,27 @@ class TensorTable:
         return out
 
     def by_name(self) -> np.ndarray:
-        """The rows in name order (``sorted`` of the names), as an int64 array."""
-        names = self.names()
-        return np.array(sorted(range(self._n), key=names.__getitem__), np.int64)
+        """The rows in name order (``sorted`` of the names), as an int64 array.
+
+        Sorted as one array of fixed-width strings (``np.argsort``: code point order, as
+        ``str`` compares), built from the names' characters a block of rows at a time;
+        ``sorted`` of the names when that array would be large (a few very long names) or
+        a name holds a NUL (fixed-width strings ignore trailing NULs)."""
+        n = self._n
+        width = int((np.diff(self._name_start) - 1).max()) if n else 0
+        if not width or width * n > 2 * len(self._text) + (1 << 20) or "\0" in self._text:
+            names = self.names()
+            return np.array(sorted(range(n), key=names.__getitem__), np.int64)
+        chars = self.patterns().chars
+        padded = np.zeros((n, width), chars.dtype)
+        place = np.arange(width)
+        for a in range(0, n, _NAME_BLOCK):
+            start = self._name_start[a : a + _NAME_BLOCK + 1]
+            inside = place < (np.diff(start) - 1)[:, None]
+            padded[a : a + len(start) - 1][inside] = chars[(start[:-1, None] + place)[inside]]
+        kind = "S" if chars.dtype == np.uint8 else "U"
+        keys = padded.view(f"{kind}{width}").ravel()
+        return np.argsort(keys, kind="stable").astype(np.int64)
 
     # -- one row ------------------------------------------------------------------------
 
@@ -415,7 +446,7 @@ class TableTensors(Mapping[str, TensorEntry]):
         return isinstance(name, str) and self.table.row_of(name) is not None
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self.table.names())
+        return self.table.iter_names()
 
     def __reversed__(self) -> Iterator[str]:
         return reversed(self.table.names())

@@ -97,3 +97,50 @@ def test_add_tensors_appends_new_records(opened):
         cat.tensors["extra.weight"] == extra
         and len(cat.tensors) == len(_reference(root, cat.files)) + 1
     )
+
+
+# -- name order and the names made a block at a time --
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from checkpoint_tool.catalog import table as table_module  # noqa: E402
+
+
+def _table(names: list[str]) -> TensorTable:
+    return TensorTable.from_entries(
+        TensorEntry(n, "s.safetensors", "U8", (1,), 8 + k, 9 + k) for k, n in enumerate(names)
+    )
+
+
+NAMES = st.one_of(
+    st.from_regex(r"[a-z.0-9]{0,12}", fullmatch=True),
+    # NUL, é, 𝔘, ... (not lone surrogates: the header reader refuses those names)
+    st.text(
+        alphabet=st.characters(blacklist_characters="\n", blacklist_categories=("Cs",)),
+        max_size=8,
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(NAMES, max_size=40, unique=True), st.integers(1, 5))
+def test_by_name_is_sorted_and_iter_names_is_the_names(names, block):
+    """``by_name`` (a fixed-width array sort, or ``sorted`` for NULs and very long names)
+    orders rows as ``sorted`` orders the names; ``iter_names`` gives them in row order, a
+    small block at a time here."""
+    table = _table(names)
+    assert table.by_name().tolist() == sorted(range(len(names)), key=names.__getitem__)
+    saved, table_module._NAME_BLOCK = table_module._NAME_BLOCK, block
+    try:
+        assert list(table.iter_names()) == names
+    finally:
+        table_module._NAME_BLOCK = saved
+
+
+def test_by_name_orders_prefixes_and_long_names_as_sorted_does():
+    names = ["a.b", "a", "a.b.c", "b" * 3000, "a0", "a.", "é", "e"]
+    assert _table(names).by_name().tolist() == sorted(range(8), key=names.__getitem__)
+    assert _table(names[:3] + names[4:]).by_name().tolist() == sorted(
+        range(7), key=(names[:3] + names[4:]).__getitem__
+    )
