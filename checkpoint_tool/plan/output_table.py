@@ -39,7 +39,7 @@ KINDS: tuple[str, ...] = ("kept", "renamed", "redirected", "unfused")
 KIND: dict[str, int] = {k: code for code, k in enumerate(KINDS)}
 
 #: names are made this many rows at a time (a pass over 10^5 names keeps a block alive)
-_BLOCK = 4096
+_BLOCK = 1024
 
 #: one piece without its source: ``(slices, pads)``
 PieceForm = tuple[tuple[Region, ...], tuple[Pad, ...]]

@@ -215,39 +215,35 @@ def tensor_json(t: OutputTensor) -> str:
 class _Templates:
     """An ``OutputRows`` file's tensors as text: one template per (form, layer), split
     around the name and each piece's source, so a tensor is the template with its two names
-    put in. ``write(record)`` spells a template's record; ``names``: ``(encode, names)``."""
+    put in. ``write(record)`` spells a template's record; the source names are made per
+    file (``names_of`` its rows), never all at once."""
 
     def __init__(self, write: Any, name_key: str, source_key: str, encode: Any) -> None:
         self.write, self.encode = write, encode
         self.name_key, self.source_key = name_key, source_key
         self.parts: dict[tuple[int, int], tuple[str, ...]] = {}
-        self.names: list[str] | None = None
-        self.cols: list[list[int]] = []
-        self.plain = False
+        self.plain: bool | None = None
 
     def __call__(self, rows: OutputRows) -> Iterator[str]:
         table = rows.table
-        if self.names is None:
-            self.names = table.sources.names()
-            self.cols = [c.tolist() for c in table.columns()[:3]]
+        if self.plain is None:
             # names JSON writes as they are, between quotes: both spellings agree there
-            own = [n for n in table.names if n is not None]
-            self.plain = _plain("\n".join(self.names)) and _plain("\n".join(own))
-        names, encode, parts_of = self.names, self.encode, self.parts
+            own = "\n".join(n for n in table.names if n is not None)
+            self.plain = _plain(table.sources.joined_names()) and _plain(own)
+        encode, parts_of, plain = self.encode, self.parts, self.plain
         own_names = table.names
-        source, form, layer = self.cols
-        for r in rows.rows.tolist():
-            key = (form[r], layer[r])
+        picked = rows.rows
+        source, form, layer = (c[picked] for c in table.columns()[:3])
+        sources = table.sources.names_of(source)  # this file's, not every name at once
+        if not plain:
+            sources = list(map(encode, sources))
+        keys = zip(form.tolist(), layer.tolist(), strict=True)
+        for r, src, key in zip(picked.tolist(), sources, keys, strict=True):
             parts = parts_of.get(key)
             if parts is None:
                 parts = parts_of[key] = self._split(self.write(table.record(r, "", "")))
             name = own_names[r]
-            if self.plain:
-                src = names[source[r]]
-                name = src if name is None else name
-            else:
-                src = encode(names[source[r]])
-                name = src if name is None else encode(name)
+            name = src if name is None else name if plain else encode(name)
             if len(parts) == 3:
                 yield f"{parts[0]}{name}{parts[1]}{src}{parts[2]}"
                 continue
@@ -298,7 +294,7 @@ def plan_head_json(plan: Plan) -> str:
     return "".join(_plan_head_pieces(plan))
 
 
-def _plan_head_pieces(plan: Plan, block: int = 4096) -> Iterator[str]:
+def _plan_head_pieces(plan: Plan, block: int = 1024) -> Iterator[str]:
     """``plan_head_json`` in pieces: the provenance (one entry per source tensor) written
     here, ``block`` sources a piece, the rest by pydantic."""
     head = _head_dump(plan, provenance=False)
