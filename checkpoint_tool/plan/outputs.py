@@ -121,10 +121,9 @@ class _Log:
 def plan_outputs(inputs: PlanInputs) -> Planned:
     """Place every source tensor of ``inputs.catalog`` (see the module docstring)."""
     table = inputs.catalog.table
-    names = table.names()
     order = table.by_name()
     out = Planned(OutputTable(table))
-    rows = _drops(inputs, out, names, order)
+    rows = _drops(inputs, out, order)
     cols = inputs.resolved.columns
     experts = expert_columns(inputs.facts, cols)
     kind = experts.kind_of(cols.module[rows])
@@ -135,48 +134,52 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
     )[kind]  # fmt: skip
     log = _Log()
     cutter = _Cutter(inputs)
-    _place_bulk(inputs, out, names, experts, rows[~one_by_one], cutter, log)
+    _place_bulk(inputs, out, experts, rows[~one_by_one], cutter, log)
     for row in rows[one_by_one].tolist():
         part = experts.parts[int(cols.module[row])]
         _record(inputs, out, row, part, _place(inputs, table.entry(row), row, part, cutter), log)
     # plan order: by source name, then a source's outputs in the order they were placed
-    rank = np.empty(len(names), np.int64)
+    rank = np.empty(len(table), np.int64)
     rank[rows] = np.arange(len(rows))
     perm = np.lexsort((log.columns()[2], rank[out.outputs.columns()[0]]))
     out.outputs.reorder(perm)
-    _check(inputs, out, names, log, perm)
+    _check(inputs, out, log, perm)
     return out
 
 
-def _drops(inputs: PlanInputs, out: Planned, names: list[str], order: np.ndarray) -> np.ndarray:
+#: names are made this many rows at a time while placing (never every name at once)
+_BLOCK = 1024
+
+
+def _drops(inputs: PlanInputs, out: Planned, order: np.ndarray) -> np.ndarray:
     """Record the ``--layers`` and recipe drops in name order; the rows left, in order."""
     dropped = np.zeros(len(order), bool)
-    outside = np.zeros(len(order), bool)
-    if inputs.options.layers is not None:
-        wanted = sorted(set(inputs.options.layers))
-        where = ",".join(map(str, wanted))
-        outside = ~np.isin(layer_column([names[r] for r in order.tolist()]), wanted)
-        dropped |= outside
-    rules = inputs.rules
-    hits = rules.drop_hits([names[r] for r in order.tolist()])
-    if hits is not None:
-        dropped |= np.fromiter(map(bool, hits), bool, len(order))
-    for k in np.flatnonzero(dropped).tolist():
-        name = names[order[k]]
-        if outside[k]:
-            reason = f"outside --layers {where}"
-            out.dropped.append(DroppedTensor(name=name, rule="layers", reason=reason))
-            continue
-        drop = rules.drop_reason(name)
-        assert drop is not None
-        out.dropped.append(DroppedTensor(name=name, rule=drop[0], reason=drop[1]))
+    wanted = sorted(set(inputs.options.layers or ()))
+    where = ",".join(map(str, wanted))
+    rules, names_of = inputs.rules, inputs.catalog.table.names_of
+    for a in range(0, len(order), _BLOCK):
+        names = names_of(order[a : a + _BLOCK])
+        outside = np.zeros(len(names), bool)
+        if inputs.options.layers is not None:
+            outside = ~np.isin(layer_column(names), wanted)
+        hits = rules.drop_hits(names)
+        hit = outside if hits is None else outside | np.fromiter(map(bool, hits), bool, len(names))
+        dropped[a : a + len(names)] = hit
+        for k in np.flatnonzero(hit).tolist():
+            name = names[k]
+            if outside[k]:
+                reason = f"outside --layers {where}"
+                out.dropped.append(DroppedTensor(name=name, rule="layers", reason=reason))
+                continue
+            drop = rules.drop_reason(name)
+            assert drop is not None
+            out.dropped.append(DroppedTensor(name=name, rule=drop[0], reason=drop[1]))
     return order[~dropped]
 
 
 def _place_bulk(
     inputs: PlanInputs,
     out: Planned,
-    names: list[str],
     experts: ExpertColumns,
     rows: np.ndarray,
     cutter: _Cutter,
@@ -186,13 +189,8 @@ def _place_bulk(
     distinct (dtype, shape, expert kind, weight, rename history) of the rows."""
     cols, table = inputs.resolved.columns, inputs.catalog.table
     n = len(rows)
-    sources = list(map(names.__getitem__, rows.tolist()))
-    scheme = cols.scheme[rows]
-    role = cols.role[rows]
-    schemes = [cols.schemes[s] for s in scheme.tolist()]
-    is_scale = (role == ROLE_CODES["scale"]).astype(np.uint8).tobytes()
-    renamed = inputs.rules.rename_all(sources, schemes, is_scale)
-    changed = np.fromiter(map(ne, renamed.written, sources), bool, n)
+    renamed = _rename_bulk(inputs, out, rows)
+    changed, role = renamed.changed, cols.role[rows]
     kind = experts.kind_of(cols.module[rows])
     shape_id, shapes = table.shape_ids()
     dtype = table.dtype_codes()
@@ -232,22 +230,61 @@ def _place_bulk(
     own_size = sizes < 0
     sizes[own_size] = table.nbytes_column()[rows[own_size]]
     kinds = np.where(changed, KIND["renamed"], KIND["kept"]).astype(np.uint8)
-    own = [w if c else None for w, c in zip(renamed.written, changed.tolist(), strict=True)]
     moe_layer = np.array([p.layer.layer for p in experts.kinds] + [-1], np.int32)[kind]
-    outputs.extend(rows, form_of[inverse], moe_layer, kinds, kind >= 0, sizes, own)
-    module_renames = out.module_renames
-    for k in np.flatnonzero(changed).tolist():
-        row, name, written = int(rows[k]), sources[k], renamed.written[k]
-        src_module = cols.module_names[cols.module[row]]
-        out_module = split_tensor_name(written)[0] if src_module != name else written
-        if out_module != src_module:
-            module_renames.setdefault(src_module, set()).add(out_module)
-    engine: dict[int, str] = {}
-    if renamed.engine is not renamed.written:  # at_load rules: the loader's names differ
-        pairs = enumerate(zip(renamed.engine, renamed.written, strict=True))
-        engine = {k: e for k, (e, w) in pairs if e != w}
+    outputs.extend(rows, form_of[inverse], moe_layer, kinds, kind >= 0, sizes, renamed.own)
     kept_rows = np.frombuffer(renamed.kept, np.uint8).astype(bool)
-    log.add(renamed.step_ids, renamed.histories, kept_rows, np.zeros(n, np.int64), engine)
+    log.add(renamed.step_ids, renamed.histories, kept_rows, np.zeros(n, np.int64), renamed.engine)
+
+
+class _BulkRenamed(NamedTuple):
+    """``RuleSet.rename_all`` of the bulk rows, made ``_BLOCK`` names at a time: per row its
+    history number into ``histories``, whether a rule keeps it, whether its name changed and
+    the new name (``own``, None when unchanged), and the loader's name where it differs."""
+
+    step_ids: np.ndarray
+    histories: list[tuple[str, ...]]
+    kept: bytearray
+    changed: np.ndarray
+    own: list[str | None]
+    engine: dict[int, str]
+
+
+def _rename_bulk(inputs: PlanInputs, out: Planned, rows: np.ndarray) -> _BulkRenamed:
+    """The names of ``rows`` through the recipe's rules, a block at a time; the modules a
+    rename moves go to ``out.module_renames``."""
+    cols, table = inputs.resolved.columns, inputs.catalog.table
+    n = len(rows)
+    scheme = cols.scheme[rows]
+    schemes = [cols.schemes[s] for s in scheme.tolist()]
+    is_scale = (cols.role[rows] == ROLE_CODES["scale"]).astype(np.uint8).tobytes()
+    number: dict[tuple[str, ...], int] = {(): 0}
+    step_ids = np.zeros(n, np.int32)
+    kept = bytearray(n)
+    changed = np.zeros(n, bool)
+    own: list[str | None] = [None] * n
+    engine: dict[int, str] = {}
+    module_renames = out.module_renames
+    for a in range(0, n, _BLOCK):
+        block = rows[a : a + _BLOCK]
+        sources = table.names_of(block)
+        b = a + len(sources)
+        renamed = inputs.rules.rename_all(sources, schemes[a:b], is_scale[a:b])
+        ids = [number.setdefault(h, len(number)) for h in renamed.histories]
+        step_ids[a:b] = np.array(ids, np.int32)[renamed.step_ids]
+        kept[a:b] = renamed.kept
+        moved = np.fromiter(map(ne, renamed.written, sources), bool, len(sources))
+        changed[a:b] = moved
+        for k in np.flatnonzero(moved).tolist():
+            row, name, written = int(block[k]), sources[k], renamed.written[k]
+            own[a + k] = written
+            src_module = cols.module_names[cols.module[row]]
+            out_module = split_tensor_name(written)[0] if src_module != name else written
+            if out_module != src_module:
+                module_renames.setdefault(src_module, set()).add(out_module)
+        if renamed.engine is not renamed.written:  # at_load rules: the loader's names differ
+            pairs = zip(renamed.engine, renamed.written, strict=True)
+            engine.update((a + k, e) for k, (e, w) in enumerate(pairs) if e != w)
+    return _BulkRenamed(step_ids, list(number), kept, changed, own, engine)
 
 
 def _place(
@@ -435,29 +472,30 @@ def _ops(ops: tuple[str, ...], steps: tuple[str, ...], kept: bool, how: str) -> 
     return ops
 
 
-def _check(inputs: PlanInputs, out: Planned, names: list[str], log: _Log, perm: np.ndarray) -> None:
-    """Collisions, unmatched tensors and the loader's fixed points, in plan order
-    (``names``: the catalog's; ``perm``: each output row's number in ``log``)."""
+def _check(inputs: PlanInputs, out: Planned, log: _Log, perm: np.ndarray) -> None:
+    """Collisions, unmatched tensors and the loader's fixed points, in plan order (``perm``:
+    each output row's number in ``log``)."""
     table = out.outputs
     source = table.columns()[0].tolist()
+    name_of = inputs.catalog.table.name
     steps, kept, _ = (c[perm] for c in log.columns())
     history = {k: h for h, k in log.histories.items()}
-    written = [
-        own if own is not None else names[s] for own, s in zip(table.names, source, strict=True)
-    ]
-    if _collides(inputs, table, names):
+    if _collides(inputs, table):
         seen: dict[str, int] = {}
-        for row, name in enumerate(written):
-            first = seen.setdefault(name, row)
-            if first != row:
-                a, b = history[int(steps[first])], history[int(steps[row])]
-                raise InputError(
-                    f"{inputs.catalog.root}: tensors {names[source[first]]!r} and "
-                    f"{names[source[row]]!r} would both be written as {name!r} (rules "
-                    f"{', '.join(a) or 'none'} / {', '.join(b) or 'none'}); add a drop rule "
-                    "for one of them in a recipe file (--recipe PATH)"
-                )
-    unmatched = [names[source[row]] for row in np.flatnonzero(steps == 0).tolist()]
+        row = 0
+        for block in table.name_blocks(_BLOCK):
+            for name in block:
+                first = seen.setdefault(name, row)
+                if first != row:
+                    a, b = history[int(steps[first])], history[int(steps[row])]
+                    raise InputError(
+                        f"{inputs.catalog.root}: tensors {name_of(source[first])!r} and "
+                        f"{name_of(source[row])!r} would both be written as {name!r} (rules "
+                        f"{', '.join(a) or 'none'} / {', '.join(b) or 'none'}); add a drop "
+                        "rule for one of them in a recipe file (--recipe PATH)"
+                    )
+                row += 1
+    unmatched = [name_of(source[row]) for row in np.flatnonzero(steps == 0).tolist()]
     if unmatched:
         raise InputError(
             f"{inputs.catalog.root}: {len(unmatched)} tensor(s) match no rule of recipe "
@@ -467,19 +505,23 @@ def _check(inputs: PlanInputs, out: Planned, names: list[str], log: _Log, perm: 
     if not inputs.recipe.loader_reapplies_rules:
         return
     order = perm.tolist()
-    for row in np.flatnonzero(~kept).tolist():
-        name = written[row]
-        engine = log.engine.get(order[row], name)
-        again = inputs.rules.loader_view(name)
-        if again != engine:
-            raise UsageError(
-                f"recipe {inputs.recipe.name}: {names[source[row]]!r} is written as "
-                f"{name!r}, which the loader renames again to {again!r} instead of "
-                f"{engine!r}; mark the rule that is not idempotent `at_load: true` in the recipe"
-            )
+    start = 0
+    for block in table.name_blocks(_BLOCK):
+        for k in np.flatnonzero(~kept[start : start + len(block)]).tolist():
+            row, name = start + k, block[k]
+            engine = log.engine.get(order[row], name)
+            again = inputs.rules.loader_view(name)
+            if again != engine:
+                raise UsageError(
+                    f"recipe {inputs.recipe.name}: {name_of(source[row])!r} is written as "
+                    f"{name!r}, which the loader renames again to {again!r} instead of "
+                    f"{engine!r}; mark the rule that is not idempotent `at_load: true` in the "
+                    "recipe"
+                )
+        start += len(block)
 
 
-def _collides(inputs: PlanInputs, table: OutputTable, names: list[str]) -> bool:
+def _collides(inputs: PlanInputs, table: OutputTable) -> bool:
     """Would two outputs have one name? Sources' names are distinct, so only a name a rule
     or the planner made can collide: with another such name, or with a source written under
     its own name."""
@@ -488,7 +530,7 @@ def _collides(inputs: PlanInputs, table: OutputTable, names: list[str]) -> bool:
         return True
     if not own:
         return False
-    as_is = np.zeros(len(names), bool)  # sources written under their own name
+    as_is = np.zeros(len(inputs.catalog.table), bool)  # sources written under their own name
     source = table.columns()[0]
     as_is[source[np.array([n is None for n in table.names], bool)]] = True
     rows = inputs.catalog.table.rows_of(own)
