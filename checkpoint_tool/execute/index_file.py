@@ -30,7 +30,7 @@ from checkpoint_tool.catalog.safetensors_format import tensor_nbytes
 from checkpoint_tool.plan.model import Plan
 
 #: weight_map lines joined into one chunk
-BLOCK = 4096
+BLOCK = 1024
 
 
 def name_order(plan: Plan) -> tuple[np.ndarray, np.ndarray, int]:
