@@ -12,9 +12,11 @@ user runs them), each ``--repeat`` times:
 - ``ckpt plan SRC --tp 8 --format json > /dev/null`` (renames, no padding) and ``--tp 3``
   (every expert tensor padded 2048 -> 2304 through the codecs).
 
-Prints the fastest wall time of each, the least CPU time, the peak RSS, each as a ratio to the
-bare floor, and the targets as ratios: inspect <= 2.5x the bare floor's time, plan <= 4x, the
-peak RSS of either <= 1.5x the bare floor's. ``--stages`` adds an in-process breakdown (CPU
+ckpt's bytecode is compiled first, as ``pip install`` leaves it (without that, a machine with
+``PYTHONDONTWRITEBYTECODE`` set would compile ~80 modules in every run). Prints the fastest
+wall time of each, the least CPU time, the peak RSS, each as a ratio to the bare floor, and
+the targets as ratios: inspect <= 2.5x the bare floor's time, plan <= 4x, the peak RSS of
+either <= 1.5x the bare floor's. ``--stages`` adds an in-process breakdown (CPU
 seconds per planning step). The machine may be shared: the ratios are the steadier figures.
 
 ``--baseline DIR`` measures another checkout of ckpt (e.g. a worktree of the main branch) in the
@@ -106,6 +108,13 @@ def timed(cmd: list[str], root: Path = ROOT) -> tuple[float, int, float]:
     return float(wall), int(kib) * 1024, float(user) + float(system)
 
 
+def compile_package(root: Path) -> None:
+    """Write the bytecode of ``root``'s ckpt package (``__pycache__``, ignored by git)."""
+    import compileall
+
+    compileall.compile_dir(root / "checkpoint_tool", quiet=1)
+
+
 def best(cmd: list[str], repeat: int, roots: list[Path]) -> list[tuple[float, int, float]]:
     """Fastest wall, largest peak RSS and least CPU time of ``cmd`` for each of ``roots``, the
     roots taking turns run by run (a paired measurement: a slow moment of a shared machine hits
@@ -142,7 +151,9 @@ def convert_memory(work: Path, roots: list[Path], repeat: int) -> list[float]:
     rows: list[list[tuple[int, int]]] = [[] for _ in roots]
     for layers in (4, 16):
         src = tiny(work, layers)
-        counts.append(len(json.loads((src / "model.safetensors.index.json").read_text())["weight_map"]))
+        counts.append(
+            len(json.loads((src / "model.safetensors.index.json").read_text())["weight_map"])
+        )
         out = work / "tiny-out"
         cmd = [sys.executable, "-m", "checkpoint_tool", "convert", str(src), str(out)]
         # fixed buffers and files of ~800 tensors (as a real model's 5 GB shards hold): what
@@ -260,6 +271,8 @@ def main() -> None:
     src = args.src or build_r1(args.work)
     roots = [ROOT] if args.baseline is None else [ROOT, args.baseline.resolve()]
     py = sys.executable
+    for root in roots:  # as an install has it (pip compiles at install time): no run pays
+        compile_package(root)  # for compiling ckpt's modules, even with PYTHONDONTWRITEBYTECODE
     print(f"source: {src}; load {os.getloadavg()[0]:.1f}")
     if args.baseline is not None:
         print(f"baseline: {args.baseline} (runs alternate with this checkout's)")
