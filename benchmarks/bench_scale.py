@@ -4,7 +4,8 @@ the ``moe-1024x80-mxfp4`` scale preset (~487k tensors), measured in the same run
 Builds (once, in ``--work``) both sparse full-size layouts (``ckpt synth PRESET DST --sparse``;
 data regions are file holes) and prints how long each took and its disk use (apparent vs
 real). Then, on each layout, as whole commands in fresh interpreters under ``/usr/bin/time``,
-each ``--repeat`` times (the fastest / smallest run counts: the machine may be shared):
+each ``--repeat`` times (the fastest / smallest run counts: the machine may be shared), ckpt's
+bytecode compiled first as an install has it:
 
 - the bare floor: no ckpt import, each shard's header ``json.loads``-ed and kept
   (``bench_plan.BARE_FLOOR``);
@@ -47,7 +48,7 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_plan import BARE_FLOOR  # noqa: E402
+from bench_plan import BARE_FLOOR, compile_package  # noqa: E402
 
 #: layout label -> synth preset (built with --sparse)
 LAYOUTS = {"R1": "deepseek-v3-fp8", "500k": "moe-1024x80-mxfp4"}
@@ -187,6 +188,8 @@ def main() -> None:
     args = ap.parse_args()
 
     roots = [ROOT] if args.baseline is None else [ROOT, args.baseline.resolve()]
+    for root in roots:  # as an install has it (see bench_plan)
+        compile_package(root)
     args.work.mkdir(parents=True, exist_ok=True)
     srcs = {label: build(args.work, label, preset) for label, preset in LAYOUTS.items()}
     counts = {label: tensor_count(src) for label, src in srcs.items()}
