@@ -9,6 +9,7 @@ import os
 import random
 import struct
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -179,7 +180,10 @@ def _open_both(root: Path):
     return out
 
 
-def test_a_verified_read_equals_the_careful_one(tmp_path, monkeypatch):
+@pytest.mark.parametrize("delay", [0.0, 0.3])
+def test_a_verified_read_equals_the_careful_one(tmp_path, monkeypatch, delay):
+    """With no other work here this process reads most shards from the back; with 0.3 s of
+    it the child reads most from the front: either way the catalog is the careful read's."""
     paths = _shards(tmp_path, 2 * MIN_FILES)
     _index(tmp_path, paths)
     if FORKS:
@@ -190,9 +194,9 @@ def test_a_verified_read_equals_the_careful_one(tmp_path, monkeypatch):
             lambda *a: taken.append(1) or real(*a),
         )
     called = []
-    with_child = open_local(tmp_path, meanwhile=lambda: called.append(1))
+    with_child = open_local(tmp_path, meanwhile=lambda: called.append(time.sleep(delay)))
     careful = open_local(tmp_path)
-    assert called == [1] and (not FORKS or taken == [1])
+    assert called == [None] and (not FORKS or taken == [1])
     assert list(with_child.tensors.items()) == list(careful.tensors.items())
     assert (with_child.files, with_child.index) == (careful.files, careful.index)
     assert with_child.headers == careful.headers
@@ -230,3 +234,22 @@ def test_what_the_readers_find_off_is_reported_as_the_careful_read_reports_it(
     with_child, careful = _open_both(tmp_path)
     assert isinstance(careful, InputError)
     assert isinstance(with_child, InputError) and with_child.message == careful.message
+
+
+@pytest.mark.parametrize("stale", ["valid", "broken"])
+@pytest.mark.parametrize("where", ["first", "last"])
+def test_a_stale_shard_is_left_out_of_a_verified_read(tmp_path, stale, where):
+    """A shard the index does not name, at either end of the listing (where the child or
+    this process starts reading): the verified read leaves it out as the careful read does,
+    readable or not."""
+    paths = _shards(tmp_path, 2 * MIN_FILES)
+    odd = paths[0] if where == "first" else paths[-1]
+    _index(tmp_path, [p for p in paths if p != odd])
+    if stale == "broken":
+        odd.write_bytes(b"\x05\x00")
+    with_child, careful = _open_both(tmp_path)
+    assert not isinstance(careful, InputError) and not isinstance(with_child, InputError)
+    assert odd.name not in careful.files
+    assert (with_child.files, with_child.index) == (careful.files, careful.index)
+    assert list(with_child.tensors.items()) == list(careful.tensors.items())
+    assert with_child.headers == careful.headers
