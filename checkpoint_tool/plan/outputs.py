@@ -12,8 +12,8 @@ The sources are taken in name order, as columns (``catalog.table``, ``resolved.c
 6. everything else: ``keep``.
 
 Steps 5 and 6 are the bulk (about every tensor of a full-size model): their names go through
-the recipe's rules as one column (``RuleSet.rename_all``) and each distinct placement is made
-once (``plan.kinds``; the 256 experts of a layer and projection share one ``Form``). Steps 3
+the recipe's rules as columns of 1k names (``RuleSet.rename_all``; no step holds every name
+as a string) and each distinct placement is made once (``plan.kinds``; the 256 experts of a layer and projection share one ``Form``). Steps 3
 and 4 go tensor by tensor. The result is an ``OutputTable`` whose rows reference the
 catalog's rows, in plan order (by source name; a source's outputs in placement order). Then
 the checks: collisions (two sources, one name), unmatched tensors and, when the loader
