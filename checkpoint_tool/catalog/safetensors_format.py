@@ -30,7 +30,6 @@ from operator import eq, itemgetter, lt
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from checkpoint_tool.catalog.header_scan import scan_header
 from checkpoint_tool.errors import InputError
 
 #: safetensors dtype name -> size of one element in bits. ``F4`` headers record the logical
@@ -293,21 +292,6 @@ def parse_header(path: Path | str, header_len: int, raw: bytes, file_size: int) 
             f"{path}: header length {header_len} exceeds the file size {file_size}; "
             "the shard is truncated or not safetensors, re-download it"
         )
-    data_start = 8 + header_len
-    scanned = scan_header(raw, data_start, file_size - data_start, DTYPE_BITS, DTYPE_CODES)
-    if scanned is None:  # not the compact form, or something to report: JSON decides
-        return parse_json_header(path, header_len, raw, file_size)
-    columns = HeaderColumns(*scanned[:-1])
-    _check_no_overlap_columns(path, columns)
-    metadata = _str_metadata(scanned.metadata)
-    return FileHeader(path, header_len, file_size, columns, metadata)  # type: ignore[arg-type]
-
-
-def parse_json_header(
-    path: Path | str, header_len: int, raw: bytes, file_size: int
-) -> FileHeader:
-    """``parse_header`` through ``json.loads``: any header JSON allows, and the precise error
-    for any fault (``parse_header`` takes the compact form faster, to the same result)."""
     try:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -320,18 +304,14 @@ def parse_json_header(
     if not isinstance(metadata, dict):
         raise InputError(f"{path}: __metadata__ is not an object; the shard is corrupt")
     data_start = 8 + header_len
-    columns = _parse_entries(path, doc, data_start, file_size - data_start)  # type: ignore[arg-type]
+    columns = _parse_entries(path, doc, data_start, file_size - data_start)
     return FileHeader(
         path,  # type: ignore[arg-type]  # a str label for a remote file
         header_len,
         file_size,
         columns,
-        _str_metadata(metadata),
+        {str(k): str(v) for k, v in metadata.items()},
     )
-
-
-def _str_metadata(metadata: dict[Any, Any]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in metadata.items()}
 
 
 def _parse_entries(
@@ -388,23 +368,16 @@ def _parse_entries(
         array("q", begins),
         array("q", ends),
     )
-    _check_no_overlap_columns(path, columns)
-    return columns
-
-
-def _check_no_overlap_columns(path: Path | str, columns: HeaderColumns) -> None:
-    """Raise ``InputError`` naming two tensors whose bytes overlap (empty ones overlap
-    nothing)."""
-    begins, ends = columns.begins, columns.ends
     spans = sorted(zip(begins, ends, strict=True))
-    if any(map(eq, begins, ends)):
+    if any(map(eq, begins, ends)):  # empty tensors overlap nothing
         spans = [sp for sp in spans if sp[1] > sp[0]]
     if any(map(lt, islice(map(itemgetter(0), spans), 1, None), map(itemgetter(1), spans))):
+        # raises, naming the two tensors
         file = _file_name(path)
         _check_no_overlap(
-            path,  # type: ignore[arg-type]
-            {name: TensorEntry(name, file, *rest) for name, *rest in columns.entries()},
+            path, {name: TensorEntry(name, file, *rest) for name, *rest in columns.entries()}
         )
+    return columns
 
 
 def _utf8(name: str) -> bool:
