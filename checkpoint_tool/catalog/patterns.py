@@ -31,8 +31,9 @@ from checkpoint_tool.catalog.grouping import dense_ids, groups
 
 #: bytes.translate table: every ASCII digit to ``0``
 _ZERO_DIGITS = bytes(48 if 48 <= b <= 57 else b for b in range(256))
-#: ``names_of`` gathers this many names at a time
-_GATHER = 1024
+#: names are made this many rows at a time wherever a pass goes over every name (the per-name
+#: strings of a block live together, never those of all ~10^5 names)
+NAME_BLOCK = 1024
 #: int64 holds every number of up to 18 digits
 _MAX_DIGITS = 18
 
@@ -61,8 +62,8 @@ class NamePatterns:
 
         # a block of names at a time: the per-name strings never all exist at once
         self.pattern = np.empty(n, np.int32)
-        for a in range(0, n, _GATHER):
-            b = min(a + _GATHER, n)
+        for a in range(0, n, NAME_BLOCK):
+            b = min(a + NAME_BLOCK, n)
             block = zeroed[int(starts[a]) : int(starts[b]) - 1]
             if isinstance(block, bytes):
                 lines: list[bytes] | list[str] = block.translate(_ZERO_DIGITS).split(b"\n")
@@ -95,15 +96,15 @@ class NamePatterns:
 
     def names_of(self, rows: np.ndarray) -> list[str]:
         """The names of ``rows``, in their order: ASCII names gathered from the joined
-        characters, ``_GATHER`` rows at a time (the index arrays stay small), and split at
+        characters, ``NAME_BLOCK`` rows at a time (the index arrays stay small), and split at
         their line breaks; others one by one."""
         if self.chars.dtype != np.uint8 or not len(rows) or not len(self.chars):
             joined, starts = self.joined, self.starts
             return [joined[starts[r] : starts[r + 1] - 1] for r in rows.tolist()]
         out: list[str] = []
         end = len(self.chars)  # the last name has no line break after it
-        for k in range(0, len(rows), _GATHER):
-            part = rows[k : k + _GATHER]
+        for k in range(0, len(rows), NAME_BLOCK):
+            part = rows[k : k + NAME_BLOCK]
             begin = self.starts[part]
             size = self.starts[part + 1] - begin  # each name and the line break after it
             at = np.repeat(begin - (np.cumsum(size) - size), size)

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from checkpoint_tool.catalog.grouping import dense_ids
-from checkpoint_tool.catalog.patterns import NamePatterns
+from checkpoint_tool.catalog.patterns import NAME_BLOCK, NamePatterns
 from checkpoint_tool.catalog.safetensors_format import (
     DTYPE_CODES,
     DTYPE_NAMES,
@@ -54,8 +54,6 @@ from checkpoint_tool.errors import InputError
 _new = tuple.__new__
 #: what joins the names in ``_text`` (and what no tensor name may hold)
 SEP = "\n"
-#: ``iter_names`` makes the names this many rows at a time
-_NAME_BLOCK = 1024
 
 
 class TensorTable:
@@ -193,10 +191,10 @@ class TensorTable:
         return self._text
 
     def iter_names(self) -> Iterator[str]:
-        """Every name in row order, made ``_NAME_BLOCK`` rows at a time (no list of all)."""
+        """Every name in row order, made ``NAME_BLOCK`` rows at a time (no list of all)."""
         text, starts, n = self._text, self._starts, self._n
-        for a in range(0, n, _NAME_BLOCK):
-            b = min(a + _NAME_BLOCK, n)
+        for a in range(0, n, NAME_BLOCK):
+            b = min(a + NAME_BLOCK, n)
             yield from text[starts[a] : starts[b] - 1].split(SEP)
 
     def names_of(self, rows: np.ndarray) -> list[str]:
@@ -252,8 +250,8 @@ class TensorTable:
         chars = self.patterns().chars
         padded = np.zeros((n, width), chars.dtype)
         place = np.arange(width)
-        for a in range(0, n, _NAME_BLOCK):
-            start = self._name_start[a : a + _NAME_BLOCK + 1]
+        for a in range(0, n, NAME_BLOCK):
+            start = self._name_start[a : a + NAME_BLOCK + 1]
             inside = place < (np.diff(start) - 1)[:, None]
             padded[a : a + len(start) - 1][inside] = chars[(start[:-1, None] + place)[inside]]
         kind = "S" if chars.dtype == np.uint8 else "U"

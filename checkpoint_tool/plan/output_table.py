@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
+from checkpoint_tool.catalog.patterns import NAME_BLOCK
 from checkpoint_tool.plan.model import OutputTensor
 from checkpoint_tool.regions import Pad, Piece, Region
 
@@ -37,9 +38,6 @@ if TYPE_CHECKING:
 #: what the planner did to an output's name, by code (the ``kind`` column)
 KINDS: tuple[str, ...] = ("kept", "renamed", "redirected", "unfused")
 KIND: dict[str, int] = {k: code for code, k in enumerate(KINDS)}
-
-#: names are made this many rows at a time (a pass over 10^5 names keeps a block alive)
-_BLOCK = 1024
 
 #: one piece without its source: ``(slices, pads)``
 PieceForm = tuple[tuple[Region, ...], tuple[Pad, ...]]
@@ -154,7 +152,7 @@ class OutputTable:
         """Every row's output name, in row order."""
         return [name for block in self.name_blocks() for name in block]
 
-    def name_blocks(self, size: int = _BLOCK) -> Iterator[list[str]]:
+    def name_blocks(self, size: int = NAME_BLOCK) -> Iterator[list[str]]:
         """Every row's output name, in row order, ``size`` rows at a time (a pass over the
         names without ~10^5 strings alive at once)."""
         source = self.columns()[0]
@@ -286,10 +284,10 @@ class _ProvenanceItems(ItemsView[str, list[str]]):
         runs = prov._runs.tolist()
         done = 0  # rows before ``outs``
         outs: list[str] = []
-        blocks = table.name_blocks(_BLOCK)
+        blocks = table.name_blocks(NAME_BLOCK)
         sources = prov._sources()
-        for first in range(0, len(sources), _BLOCK):
-            names = table.sources.names_of(sources[first : first + _BLOCK])
+        for first in range(0, len(sources), NAME_BLOCK):
+            names = table.sources.names_of(sources[first : first + NAME_BLOCK])
             for k, name in enumerate(names, first):
                 a, b = runs[k], runs[k + 1]
                 while done + len(outs) < b:

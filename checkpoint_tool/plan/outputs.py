@@ -12,9 +12,9 @@ The sources are taken in name order, as columns (``catalog.table``, ``resolved.c
 6. everything else: ``keep``.
 
 Steps 5 and 6 are the bulk (about every tensor of a full-size model): their names go through
-the recipe's rules as columns of 1k names (``RuleSet.rename_all``; no step holds every name
-as a string) and each distinct placement is made once (``plan.kinds``; the 256 experts of a layer and projection share one ``Form``). Steps 3
-and 4 go tensor by tensor. The result is an ``OutputTable`` whose rows reference the
+the recipe's rules as columns of ``NAME_BLOCK`` names (``RuleSet.rename_all``; no step holds
+every name as a string) and each distinct placement is made once (``plan.kinds``; the 256
+experts of a layer and projection share one ``Form``). Steps 3 and 4 go tensor by tensor. The result is an ``OutputTable`` whose rows reference the
 catalog's rows, in plan order (by source name; a source's outputs in placement order). Then
 the checks: collisions (two sources, one name), unmatched tensors and, when the loader
 re-applies the rules, names it would rename again.
@@ -38,6 +38,7 @@ import numpy as np
 
 from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.catalog.grouping import dense_ids, first_rows
+from checkpoint_tool.catalog.patterns import NAME_BLOCK
 from checkpoint_tool.catalog.safetensors_format import DTYPE_NAMES, storage_shape, tensor_nbytes
 from checkpoint_tool.errors import InputError, UsageError, first_few
 from checkpoint_tool.plan.experts import ExpertColumns, ExpertPart, expert_columns
@@ -147,18 +148,14 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
     return out
 
 
-#: names are made this many rows at a time while placing (never every name at once)
-_BLOCK = 1024
-
-
 def _drops(inputs: PlanInputs, out: Planned, order: np.ndarray) -> np.ndarray:
     """Record the ``--layers`` and recipe drops in name order; the rows left, in order."""
     dropped = np.zeros(len(order), bool)
     wanted = sorted(set(inputs.options.layers or ()))
     where = ",".join(map(str, wanted))
     rules, names_of = inputs.rules, inputs.catalog.table.names_of
-    for a in range(0, len(order), _BLOCK):
-        names = names_of(order[a : a + _BLOCK])
+    for a in range(0, len(order), NAME_BLOCK):
+        names = names_of(order[a : a + NAME_BLOCK])
         outside = np.zeros(len(names), bool)
         if inputs.options.layers is not None:
             outside = ~np.isin(layer_column(names), wanted)
@@ -237,7 +234,7 @@ def _place_bulk(
 
 
 class _BulkRenamed(NamedTuple):
-    """``RuleSet.rename_all`` of the bulk rows, made ``_BLOCK`` names at a time: per row its
+    """``RuleSet.rename_all`` of the bulk rows, made ``NAME_BLOCK`` names at a time: per row its
     history number into ``histories``, whether a rule keeps it, whether its name changed and
     the new name (``own``, None when unchanged), and the loader's name where it differs."""
 
@@ -264,8 +261,8 @@ def _rename_bulk(inputs: PlanInputs, out: Planned, rows: np.ndarray) -> _BulkRen
     own: list[str | None] = [None] * n
     engine: dict[int, str] = {}
     module_renames = out.module_renames
-    for a in range(0, n, _BLOCK):
-        block = rows[a : a + _BLOCK]
+    for a in range(0, n, NAME_BLOCK):
+        block = rows[a : a + NAME_BLOCK]
         sources = table.names_of(block)
         b = a + len(sources)
         renamed = inputs.rules.rename_all(sources, schemes[a:b], is_scale[a:b])
@@ -483,7 +480,7 @@ def _check(inputs: PlanInputs, out: Planned, log: _Log, perm: np.ndarray) -> Non
     if _collides(inputs, table):
         seen: dict[str, int] = {}
         row = 0
-        for block in table.name_blocks(_BLOCK):
+        for block in table.name_blocks(NAME_BLOCK):
             for name in block:
                 first = seen.setdefault(name, row)
                 if first != row:
@@ -506,7 +503,7 @@ def _check(inputs: PlanInputs, out: Planned, log: _Log, perm: np.ndarray) -> Non
         return
     order = perm.tolist()
     start = 0
-    for block in table.name_blocks(_BLOCK):
+    for block in table.name_blocks(NAME_BLOCK):
         for k in np.flatnonzero(~kept[start : start + len(block)]).tolist():
             row, name = start + k, block[k]
             engine = log.engine.get(order[row], name)

@@ -131,11 +131,11 @@ def test_by_name_is_sorted_and_iter_names_is_the_names(names, block):
     small block at a time here."""
     table = _table(names)
     assert table.by_name().tolist() == sorted(range(len(names)), key=names.__getitem__)
-    saved, table_module._NAME_BLOCK = table_module._NAME_BLOCK, block
+    saved, table_module.NAME_BLOCK = table_module.NAME_BLOCK, block
     try:
         assert list(table.iter_names()) == names
     finally:
-        table_module._NAME_BLOCK = saved
+        table_module.NAME_BLOCK = saved
 
 
 def test_by_name_orders_prefixes_and_long_names_as_sorted_does():
