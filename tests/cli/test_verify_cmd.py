@@ -145,3 +145,27 @@ def test_skipped_layer_exits_1_unless_allowed(monkeypatch, capsys, pair, tmp_pat
     report = json.loads(out)
     assert code == 0 and report["passed"] is True
     assert report["numeric"]["skipped_layers"] == [1] and report["numeric"]["ran_layers"] == []
+
+
+def test_backend_auto_is_the_default_and_the_report_names_the_one_that_ran(
+    monkeypatch, capsys, pair
+) -> None:
+    """Without triton installed (a plain `pip install`), the default runs torch and says so."""
+    import importlib.util
+
+    from checkpoint_tool.cli.verify import pick_backend
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "triton" else find_spec(name, *a)
+    )
+    assert pick_backend("auto") == "torch" and pick_backend("triton") == "triton"
+    src, dst = pair
+    code, out, err = _run(monkeypatch, capsys, str(dst), "-s", str(src), "--no-lossless", "-f", "json")
+    assert code == 0, err
+    assert json.loads(out)["numeric"]["backend"] == "torch"
+    code, out, err = _run(monkeypatch, capsys, str(dst), "-s", str(src), "--no-lossless")
+    assert code == 0, err
+    assert "torch on cpu" in out
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object())
+    assert pick_backend("auto") == "triton"

@@ -15,7 +15,6 @@ Example::
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from typing import Any
 
@@ -160,7 +159,7 @@ def _run(fs: Any, coro: Any, where: str) -> Any:
             f"{where}: no S3 credentials ({type(exc).__name__}); set AWS_PROFILE "
             "or AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY"
         ) from None
-    except (bce.BotoCoreError, OSError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, bce.BotoCoreError, OSError) as exc:
         raise Transient(f"{type(exc).__name__}") from None
     except Exception as exc:
         if type(exc).__module__.startswith("aiohttp"):
