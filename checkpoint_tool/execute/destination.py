@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from checkpoint_tool.errors import OutputError
+from checkpoint_tool.execute.faults import fault_point
 from checkpoint_tool.execute.manifest import (
     JOURNAL_NAME,
     MANIFEST_NAME,
@@ -40,7 +41,6 @@ from checkpoint_tool.execute.manifest import (
     read_manifest,
     write_journal,
 )
-from checkpoint_tool.execute.faults import fault_point
 from checkpoint_tool.execute.source_identity import SourceIdentity, check_same
 from checkpoint_tool.execute.writer import fsync_dir, partial_name
 

@@ -60,8 +60,8 @@ from checkpoint_tool.execute.manifest import (
     write_manifest,
 )
 from checkpoint_tool.execute.open_source import open_sources
-from checkpoint_tool.execute.paths import check_apart, inside_source
 from checkpoint_tool.execute.pages import release_free_heap
+from checkpoint_tool.execute.paths import check_apart, inside_source
 from checkpoint_tool.execute.progress import Progress, make_progress
 from checkpoint_tool.execute.source import SourceFiles
 from checkpoint_tool.execute.source_identity import SourceIdentity

@@ -36,6 +36,7 @@ from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.errors import OutputError
 from checkpoint_tool.execute.destination import output_names
 from checkpoint_tool.execute.distributed.split import split_files
+from checkpoint_tool.execute.faults import fault_point
 from checkpoint_tool.execute.file_run import FileRun
 from checkpoint_tool.execute.manifest import (
     JOURNAL_NAME,
@@ -46,11 +47,9 @@ from checkpoint_tool.execute.manifest import (
     read_bookkeeping,
     read_manifest,
 )
-from checkpoint_tool.execute.faults import fault_point
 from checkpoint_tool.execute.open_source import open_sources
-from checkpoint_tool.execute.paths import check_apart
-from checkpoint_tool.execute.source_identity import SourceIdentity, check_same
 from checkpoint_tool.execute.pages import release_free_heap
+from checkpoint_tool.execute.paths import check_apart
 from checkpoint_tool.execute.progress import Progress, make_progress
 from checkpoint_tool.execute.runner import (
     DEFAULT_MEMORY_BUDGET,
@@ -63,6 +62,7 @@ from checkpoint_tool.execute.runner import (
     other_files,
     source_label,
 )
+from checkpoint_tool.execute.source_identity import SourceIdentity, check_same
 from checkpoint_tool.execute.writer import fsync_dir, partial_name, write_bytes_atomic
 from checkpoint_tool.plan.model import Plan
 
