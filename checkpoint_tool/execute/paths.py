@@ -26,17 +26,10 @@ from pathlib import Path
 from checkpoint_tool.errors import InputError, OutputError
 
 
-def _ids(path: Path) -> list[tuple[int, int]]:
-    """(device, inode) of ``path`` (resolved) and each folder above it that exists, nearest
-    first; ``path`` itself only if it exists."""
-    out = []
-    for p in [path, *path.parents]:
-        try:
-            st = os.stat(p)
-        except OSError:
-            continue
-        out.append((st.st_dev, st.st_ino))
-    return out
+def _ids_above(path: Path) -> list[tuple[int, int]]:
+    """(device, inode) of each existing folder above ``path`` (resolved), nearest first."""
+    ids = (_stat_id(p) for p in path.parents)
+    return [i for i in ids if i is not None]
 
 
 def _stat_id(path: Path) -> tuple[int, int] | None:
@@ -54,9 +47,9 @@ def check_apart(src: Path, dst: Path) -> None:
     fix = "choose a DST outside the source: ckpt never writes into or over its source"
     if real_src == real_dst or (src_id is not None and src_id == dst_id):
         raise OutputError(f"{dst}: is the source folder {src} (same folder); {fix}")
-    if real_src in real_dst.parents or (src_id is not None and src_id in _ids(real_dst)[1:]):
+    if real_src in real_dst.parents or (src_id is not None and src_id in _ids_above(real_dst)):
         raise OutputError(f"{dst}: inside the source folder {src}; {fix}")
-    if real_dst in real_src.parents or (dst_id is not None and dst_id in _ids(real_src)[1:]):
+    if real_dst in real_src.parents or (dst_id is not None and dst_id in _ids_above(real_src)):
         raise OutputError(f"{dst}: holds the source folder {src}; {fix}")
 
 
