@@ -194,3 +194,19 @@ def test_content_id_of_a_large_shard_samples_its_blocks(tmp_path, monkeypatch):
     data[-1] ^= 1  # ...the last one is
     path.write_bytes(data)
     assert cid() != first
+
+
+def test_an_earlier_output_inside_src_is_no_side_file(src, tmp_path):
+    """A ckpt output moved into SRC (finished, interrupted, or parts) is not copied along."""
+    root, plan = src
+    execute_plan(plan, open_local(root), tmp_path / "out", progress=False)
+    (tmp_path / "out").rename(root / "out")
+    (root / "run").mkdir()
+    (root / "run" / JOURNAL_NAME).write_text("{}")
+    (root / "run" / "config.json").write_text("{}")
+    (root / "parts" / "deep").mkdir(parents=True)
+    (root / "parts" / ".ckpt-part-0000-of-0002.json").write_text("{}")
+    (root / "parts" / "deep" / "tokenizer.json").write_text("{}")
+    side = open_local(root).side_files
+    assert "tokenizer.json" in side and "sub/chat_template.jinja" in side
+    assert not [f for f in side if f.startswith(("out/", "run/", "parts/"))], side
