@@ -104,6 +104,17 @@ class LocalSourceFiles:
                     "would mix two versions: rerun with --overwrite once the source is stable"
                 )
 
+    def check_content(self, files: Iterable[str]) -> None:
+        """Raise ``InputError`` if a shard's content id differs from the run's start."""
+        for rel in files:
+            snap = self.stats[rel]
+            if content_id(self._fds[rel], snap.size) != snap.content:
+                raise InputError(
+                    f"{self.catalog.path_of(rel)}: source shard changed during conversion "
+                    "(content); the output would mix two versions: rerun with --overwrite once "
+                    "the source is stable"
+                )
+
     def full_sha256(self, rel: str) -> str:
         fd, h, pos = self._fds[rel], hashlib.sha256(), 0
         buf = bytearray(HASH_BLOCK)

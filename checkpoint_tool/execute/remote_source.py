@@ -66,6 +66,9 @@ class RemoteSourceFiles:
         for rel in files:
             self.store.check_unchanged(rel)
 
+    def check_content(self, files: Iterable[str]) -> None:
+        """Nothing more to do: ``check_unchanged`` compared the server's content id (ETag)."""
+
     def full_sha256(self, rel: str) -> str:
         """sha256 of every byte of ``rel``, checked against the hub's LFS sha256 when listed."""
         store, listed = self.store, self.store.file(rel)

@@ -11,7 +11,8 @@ Order of a run:
    otherwise); write the remaining weight files with K worker threads, each file under a
    temporary name, fsynced and renamed, then recorded in the journal;
 4. copy side files, write ``config.json`` and ``model.safetensors.index.json`` (atomically);
-5. re-check that no source shard changed, write ``ckpt-manifest.json``, delete the journal.
+5. re-check that no source shard changed (size, mtime, and the content id of
+   ``execute.source_identity``), write ``ckpt-manifest.json``, delete the journal.
 
 ``durable=False`` (``ckpt convert --no-fsync``) skips every fsync and the early write-back:
 files still appear under their final names only once complete, the journal and ``--resume``
@@ -217,6 +218,7 @@ def finish_output(
          for p in t.pieces}
     )  # fmt: skip
     sources.check_unchanged(used)
+    sources.check_content(used)  # an edit whose mtime was put back: never under a manifest
     source_records = _source_records(sources, hash_source, run.progress)
     manifest = Manifest(
         ckpt_version=__version__,

@@ -99,6 +99,11 @@ class SourceFiles(Protocol):
         """``InputError`` when a shard changed since the run started."""
         ...
 
+    def check_content(self, files: Iterable[str]) -> None:
+        """``InputError`` when a shard's content id changed since the run started (the last
+        check before the manifest: it catches an edit whose mtime was put back)."""
+        ...
+
     def full_sha256(self, rel: str) -> str:
         """sha256 of a whole shard (``--hash-source``: reads every byte)."""
         ...

@@ -210,3 +210,29 @@ def test_an_earlier_output_inside_src_is_no_side_file(src, tmp_path):
     side = open_local(root).side_files
     assert "tokenizer.json" in side and "sub/chat_template.jinja" in side
     assert not [f for f in side if f.startswith(("out/", "run/", "parts/"))], side
+
+
+def test_a_change_during_the_run_with_mtime_put_back_never_gets_a_manifest(src, tmp_path,
+                                                                          monkeypatch):  # fmt: skip
+    """Size and mtime are re-checked at every commit; the content id once more before the
+    manifest, which catches an edit whose mtime was restored."""
+    from checkpoint_tool.execute import file_run
+
+    root, plan = src
+    real = file_run.FileRun.write_others
+
+    def edit_then_write_others(self, names, catalog):  # type: ignore[no-untyped-def]
+        _change_a_tensor_keeping_size_and_header(root, keep_mtime=True)
+        return real(self, names, catalog)
+
+    monkeypatch.setattr(file_run.FileRun, "write_others", edit_then_write_others)
+    dst = tmp_path / "dst"
+    with pytest.raises(
+        InputError,
+        match=r"model-00001-of-00002\.safetensors: .*changed during conversion \(content\)",
+    ):
+        execute_plan(plan, open_local(root), dst, progress=False)
+    assert not (dst / "ckpt-manifest.json").exists()
+    monkeypatch.undo()
+    with pytest.raises(InputError, match="source shard changed since the interrupted run"):
+        execute_plan(plan, open_local(root), dst, progress=False, resume=True)
