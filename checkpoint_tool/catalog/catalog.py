@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -41,6 +42,11 @@ if TYPE_CHECKING:
     from checkpoint_tool.catalog.remote.store import Store
 
 __all__ = ["INDEX_NAME", "Catalog", "TensorEntry", "add_headers"]
+
+#: the bookkeeping files that mark a folder as a ckpt output (finished, running, or parts)
+_CKPT_RECORD = re.compile(
+    r"^(ckpt-manifest\.json|\.ckpt-journal\.json|\.ckpt-part-\d+-of-\d+\.json)$"
+)
 
 
 @dataclass
@@ -116,11 +122,19 @@ class Catalog:
         skip = set(self.files) | {INDEX_NAME}
         if self.store is not None:
             return self.store.side_files(skip)
+        found = sorted(self.root.rglob("*"))
+        # an earlier ckpt output in a subfolder (its manifest, journal or part records) is no
+        # side file of this checkpoint: none of its files is
+        outputs = {
+            p.parent.relative_to(self.root).as_posix() + "/"
+            for p in found
+            if p.parent != self.root and _CKPT_RECORD.match(p.name)
+        }
         out = []
-        for p in sorted(self.root.rglob("*")):
+        for p in found:
             rel = p.relative_to(self.root).as_posix()
             if p.is_file() and rel not in skip and not rel.startswith(".") and "/." not in rel:
-                if not rel.endswith(".safetensors"):
+                if not rel.endswith(".safetensors") and not any(map(rel.startswith, outputs)):
                     out.append(rel)
         return out
 
@@ -137,9 +151,7 @@ def add_headers(cat: Catalog, files: list[str], headers: Sequence[FileHeader | I
             # errors in file order: a duplicate among the shards before this one comes first
             TensorTable.from_headers(parts, where=where)
             raise header
-        cat.headers[rel] = replace(
-            header, columns=NO_COLUMNS, digest=header.columns_digest()
-        )
+        cat.headers[rel] = replace(header, columns=NO_COLUMNS, digest=header.columns_digest())
         cat.header_bytes_read += 8 + header.header_len
         parts.append((rel, header.columns))
     cat.tensors = TableTensors(TensorTable.from_headers(parts, where=where))

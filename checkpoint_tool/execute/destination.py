@@ -8,7 +8,15 @@
 - ``--overwrite``: DST must be a previous ckpt output (manifest or journal) and hold **only** files
   that ckpt wrote or will write (names in the old manifest/journal or the new plan, and their
   ``.NAME.partial`` temporaries). Any other file makes ckpt refuse and name it: ckpt never deletes
-  what it did not write. The old outputs are then removed before the new run starts.
+  what it did not write. The old outputs are then removed before the new run starts, in an
+  order that leaves DST recoverable at every instant: first the new journal, listing the old
+  files still to remove (``remove``), then the manifest, then each old file, then the journal
+  without the list. Killed anywhere in between, DST holds a journal that ``--overwrite`` and
+  ``--resume`` (which finishes the removal) accept.
+- A stale ``..ckpt-journal.json.partial`` alone (a run killed in its first journal write)
+  counts as an empty DST.
+- A resumed run compares the source shards with those the journal recorded
+  (``execute.source_identity``): a changed shard is one line, nothing is touched.
 
 Example::
 
@@ -19,10 +27,12 @@ Example::
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from checkpoint_tool.errors import OutputError
+from checkpoint_tool.execute.faults import fault_point
 from checkpoint_tool.execute.manifest import (
     JOURNAL_NAME,
     MANIFEST_NAME,
@@ -31,6 +41,7 @@ from checkpoint_tool.execute.manifest import (
     read_manifest,
     write_journal,
 )
+from checkpoint_tool.execute.source_identity import SourceIdentity, check_same
 from checkpoint_tool.execute.writer import fsync_dir, partial_name
 
 
@@ -38,6 +49,11 @@ from checkpoint_tool.execute.writer import fsync_dir, partial_name
 class DestinationState:
     journal: Journal
     resumed: bool
+
+
+#: bookkeeping temporaries a kill can leave in an otherwise empty DST (a fresh run killed while
+#: writing its first journal): they count as an empty folder
+_STALE = {partial_name(Path(n)).as_posix() for n in (JOURNAL_NAME, MANIFEST_NAME)}
 
 
 def output_names(planned: list[str]) -> set[str]:
@@ -50,6 +66,11 @@ def _listing(dst: Path) -> list[str]:
     return sorted(p.relative_to(dst).as_posix() for p in dst.rglob("*") if not p.is_dir())
 
 
+def _unlink(dst: Path, name: str) -> None:
+    (dst / name).unlink(missing_ok=True)
+    fault_point("unlink")
+
+
 def prepare_destination(
     dst: Path,
     planned: list[str],
@@ -58,23 +79,30 @@ def prepare_destination(
     resume: bool,
     overwrite: bool,
     durable: bool = True,
+    sources: Mapping[str, SourceIdentity] | None = None,
+    source_where: object = "",
 ) -> DestinationState:
     """Check DST against the flags, clean what may be cleaned, and return the run's journal.
 
-    ``planned`` lists every file the run will write (weights, index, config, side files).
+    ``planned`` lists every file the run will write (weights, index, config, side files);
+    ``sources`` the identity of each source shard now (a resumed run compares it with the
+    journal's: ``execute.source_identity``), ``source_where`` names the source in messages.
     """
     if resume and overwrite:
         raise OutputError(f"{dst}: --resume and --overwrite exclude each other; pick one")
     if dst.exists() and not dst.is_dir():
         raise OutputError(f"{dst}: exists and is not a folder; choose a folder for the output")
-    fresh = Journal(plan_sha256=plan_sha, planned=sorted(planned))
-    if not dst.exists() or not _listing(dst):
+    fresh = Journal(plan_sha256=plan_sha, planned=sorted(planned), sources=dict(sources or {}))
+    listing = _listing(dst) if dst.exists() else []
+    if not set(listing) - _STALE:
         _mkdir(dst)
+        for name in listing:
+            _unlink(dst, name)
         write_journal(dst, fresh, durable=durable)
         return DestinationState(fresh, resumed=False)
     manifest, journal = read_manifest(dst), read_journal(dst)
     if resume:
-        return _resume(dst, manifest, journal, plan_sha, fresh, durable)
+        return _resume(dst, manifest, journal, fresh, durable, source_where)
     if not overwrite:
         raise OutputError(
             f"{dst}: exists and is not empty; use --resume to continue an interrupted ckpt run, "
@@ -90,36 +118,41 @@ def prepare_destination(
     if manifest is not None:
         old |= manifest.owned_names()
     if journal is not None:
-        old |= set(journal.planned) | set(journal.done)
+        old |= set(journal.planned) | set(journal.done) | set(journal.remove)
     owned |= output_names(sorted(old))
-    foreign = [name for name in _listing(dst) if name not in owned]
+    foreign = [name for name in listing if name not in owned]
     if foreign:
         raise OutputError(
             f"{dst / foreign[0]}: not written by ckpt ({len(foreign)} such file(s) in DST); "
             "--overwrite never deletes files it did not write: move them away or choose another DST"
         )
-    # the manifest goes first: from here on DST is not a finished output
-    for name in [MANIFEST_NAME, *sorted(n for n in _listing(dst) if n != MANIFEST_NAME)]:
-        path = dst / name
-        if path.exists():
-            path.unlink()
-    fsync_dir(dst, durable)
+    # first the record of what is ours to delete (a kill from here on leaves a journal that
+    # --overwrite and --resume accept), then the manifest: DST is no finished output any more
+    doomed = [MANIFEST_NAME, *(n for n in listing if n not in (MANIFEST_NAME, JOURNAL_NAME))]
+    write_journal(dst, fresh.model_copy(update={"remove": doomed}), durable=durable)
+    _clear(dst, doomed, durable)
     write_journal(dst, fresh, durable=durable)
     return DestinationState(fresh, resumed=False)
 
 
-def _resume(dst, manifest, journal, plan_sha, fresh, durable) -> DestinationState:  # type: ignore[no-untyped-def]
-    if manifest is not None and manifest.plan_sha256 == plan_sha:
-        recovered = Journal(
-            plan_sha256=plan_sha,
-            planned=fresh.planned,
-            done={f.name: f for f in [*manifest.files, *manifest.other_files]},
+def _clear(dst: Path, names: list[str], durable: bool) -> None:
+    """Delete ``names`` (the journal that lists them stays until they are gone)."""
+    for name in names:
+        _unlink(dst, name)
+    fsync_dir(dst, durable)
+
+
+def _resume(dst, manifest, journal, fresh, durable, source_where) -> DestinationState:  # type: ignore[no-untyped-def]
+    plan_sha = fresh.plan_sha256
+    if manifest is not None and manifest.plan_sha256 == plan_sha and journal is None:
+        recovered = fresh.model_copy(
+            update={"done": {f.name: f for f in [*manifest.files, *manifest.other_files]}}
         )
         write_journal(dst, recovered, durable=durable)
-        (dst / MANIFEST_NAME).unlink()
+        _unlink(dst, MANIFEST_NAME)
         fsync_dir(dst, durable)
         return DestinationState(recovered, resumed=True)
-    if journal is None or manifest is not None:
+    if journal is None:
         what = "a finished output of a different plan" if manifest else "no ckpt run to resume"
         raise OutputError(
             f"{dst}: --resume found {what}; rerun with the same source and options, or use "
@@ -130,9 +163,21 @@ def _resume(dst, manifest, journal, plan_sha, fresh, durable) -> DestinationStat
             f"{dst}: the interrupted run used a different plan (source, recipe or options "
             "changed); rerun with the same options, or use --overwrite to start over"
         )
+    check_same(
+        journal.sources, fresh.sources, source_where, "the interrupted run started",
+        "rerun with --overwrite (or restore the shard, then --resume)",
+    )  # fmt: skip
+    if manifest is not None:  # killed between the manifest and the journal's removal
+        _unlink(dst, MANIFEST_NAME)
+    if journal.remove:  # an --overwrite killed while it cleared the earlier output
+        _clear(dst, journal.remove, durable)
+        journal = journal.model_copy(update={"remove": []})
+        write_journal(dst, journal, durable=durable)
+    if not journal.sources and fresh.sources:  # a journal of an older ckpt: record them now
+        journal = journal.model_copy(update={"sources": fresh.sources})
     for name in output_names(journal.planned):
         if name.endswith(".partial") and (dst / name).exists():
-            (dst / name).unlink()
+            _unlink(dst, name)
     return DestinationState(journal, resumed=True)
 
 

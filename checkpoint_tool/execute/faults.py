@@ -1,10 +1,13 @@
 """Crash injection for tests: ``CKPT_FAULT_KILL_AT=N`` SIGKILLs the process at fault point N.
 
-Fault points sit where a crash matters: after each chunk and tensor written, after a file is
-renamed into place (before the journal records it), after each journal update, side file,
-index, config and the manifest. Tests run a conversion in a child process with a kill point,
-then ``--resume`` and compare bytes with an uninterrupted run. Unset (always, outside tests),
-a fault point costs one attribute check.
+Fault points sit after every step of the executor that changes DST: each temporary created,
+each chunk and tensor written, each small file's bytes written, each fsync of a file or a
+folder (counted with ``--no-fsync`` too, so the count does not depend on it), each rename into
+place, each journal or part record update, each unlink (``--overwrite`` clearing an earlier
+output, partials on resume, the journal and part records at the end), and the manifest. With
+one worker the points of a run are deterministic: ``CKPT_FAULT_KILL_AT=1..N`` enumerates every
+crash point (``tests/execute/test_crash_points.py``; ``benchmarks/crash_sweep.py`` for every
+mode). Unset (always, outside tests), a fault point costs one dictionary lookup.
 
 Example::
 

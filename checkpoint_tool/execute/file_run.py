@@ -30,6 +30,7 @@ from checkpoint_tool.execute.manifest import (
     write_journal,
 )
 from checkpoint_tool.execute.ops import Node
+from checkpoint_tool.execute.paths import inside_source
 from checkpoint_tool.execute.progress import Progress
 from checkpoint_tool.execute.readahead import Prefetcher, merge_ranges, node_ranges
 from checkpoint_tool.execute.requant_node import RequantCache
@@ -224,8 +225,8 @@ class FileRun:
                 data = (json.dumps(self.plan.config, indent=2, sort_keys=True) + "\n").encode()
                 sha = write_bytes_atomic(self.dst / name, data, durable=durable)
                 records.append(_record(name, data, sha))
-            else:
-                src = catalog.root / name
+            else:  # read through its resolved path, which must lie inside SRC
+                src = inside_source(catalog.root, name)
                 records.append(_copy_file(src, self.dst, name, self.chunk, durable))
             fault_point("other")
         return records
@@ -275,11 +276,13 @@ def _copy_file(src: Path, root: Path, name: str, chunk: int, durable: bool = Tru
                         h.update(block)
                         size += len(block)
                     fout.flush()
+                    fault_point("write")
                     fsync(fout.fileno(), durable)
             except OSError as exc:
                 tmp.unlink(missing_ok=True)
                 raise write_error(dst, exc, "cannot write") from exc
         os.replace(tmp, dst)
+        fault_point("rename")
         fsync_dir(dst.parent, durable)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

@@ -1,7 +1,7 @@
 """Local shards as ``SourceFiles``: open descriptors, ``os.preadv``, size/mtime snapshot.
 
-Each shard the plan reads is opened once when the run starts; its size, mtime and the sha256
-of its header bytes are the snapshot, and its header must still say what the catalog (and so
+Each shard the plan reads is opened once when the run starts; its size, mtime, the sha256
+of its header bytes and its content id (``execute.source_identity``) are the snapshot, and its header must still say what the catalog (and so
 the plan) saw. ``check_unchanged`` compares size and mtime again before a file is committed.
 
 Example::
@@ -23,6 +23,7 @@ from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.catalog.safetensors_format import read_header
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.execute.source import HASH_BLOCK, Prefetched, SourceStat, pread_into
+from checkpoint_tool.execute.source_identity import content_id
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -57,7 +58,9 @@ class LocalSourceFiles:
                     ) from exc
                 fds[rel] = fd
                 st = os.fstat(fd)
-                stats[rel] = SourceStat(st.st_size, st.st_mtime_ns, _header_sha256(path, fd))
+                stats[rel] = SourceStat(
+                    st.st_size, st.st_mtime_ns, _header_sha256(path, fd), content_id(fd, st.st_size)
+                )
                 _check_matches_catalog(catalog, rel, st.st_size)
         except BaseException:
             for fd in fds.values():
@@ -99,6 +102,17 @@ class LocalSourceFiles:
                 raise InputError(
                     f"{path}: source shard changed during conversion (size/mtime); the output "
                     "would mix two versions: rerun with --overwrite once the source is stable"
+                )
+
+    def check_content(self, files: Iterable[str]) -> None:
+        """Raise ``InputError`` if a shard's content id differs from the run's start."""
+        for rel in files:
+            snap = self.stats[rel]
+            if content_id(self._fds[rel], snap.size) != snap.content:
+                raise InputError(
+                    f"{self.catalog.path_of(rel)}: source shard changed during conversion "
+                    "(content); the output would mix two versions: rerun with --overwrite once "
+                    "the source is stable"
                 )
 
     def full_sha256(self, rel: str) -> str:

@@ -27,6 +27,7 @@ from typing import TypeVar
 from pydantic import BaseModel, Field, ValidationError
 
 from checkpoint_tool.errors import OutputError
+from checkpoint_tool.execute.source_identity import SourceIdentity
 from checkpoint_tool.execute.writer import write_bytes_atomic
 from checkpoint_tool.plan.model import DroppedTensor, PlanOptions
 from checkpoint_tool.plan.serialize import plan_sha256 as plan_sha256  # the plan's fingerprint
@@ -80,11 +81,15 @@ class Manifest(BaseModel):
 
 
 class Journal(BaseModel):
-    """Progress of an unfinished run: the plan it belongs to and each committed file."""
+    """Progress of an unfinished run: the plan it belongs to, each committed file, the source
+    shards as the run first saw them (``execute.source_identity``) and, while ``--overwrite``
+    clears an earlier output, the files of it still to remove (``execute.destination``)."""
 
     plan_sha256: str
     planned: list[str]
     done: dict[str, FileRecord] = Field(default_factory=dict)
+    sources: dict[str, SourceIdentity] = Field(default_factory=dict)
+    remove: list[str] = Field(default_factory=list)
 
 
 def manifest_bytes(manifest: Manifest) -> bytes:

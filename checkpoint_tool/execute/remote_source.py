@@ -1,7 +1,8 @@
 """Remote shards (hub, S3) as ``SourceFiles``: ranged reads of the catalog's store.
 
 There are no descriptors (``local`` is False, so the writer's copy_file_range path is skipped).
-The snapshot of a shard is the store's listing (size, ETag) and the sha256 of the header bytes
+The snapshot of a shard is the store's listing (size, ETag or LFS sha256: its content id for
+``execute.source_identity``) and the sha256 of the header bytes
 read for the catalog (the same value a local shard records, so manifests of a local and a
 remote conversion name the same headers); ``check_unchanged`` asks the server again.
 ``--hash-source`` streams every byte of each shard through sha256 and, where the hub lists an
@@ -65,6 +66,9 @@ class RemoteSourceFiles:
         for rel in files:
             self.store.check_unchanged(rel)
 
+    def check_content(self, files: Iterable[str]) -> None:
+        """Nothing more to do: ``check_unchanged`` compared the server's content id (ETag)."""
+
     def full_sha256(self, rel: str) -> str:
         """sha256 of every byte of ``rel``, checked against the hub's LFS sha256 when listed."""
         store, listed = self.store, self.store.file(rel)
@@ -103,7 +107,12 @@ def _stats(catalog: Catalog, store: Store, files: list[str]) -> dict[str, Source
                 f"{store.where(rel)}: size differs from the planned catalog; plan again"
             )
         sha = store.header_sha256.get(rel) or _header_sha256(store, rel)
-        out[rel] = SourceStat(listed.size, 0, sha)
+        # the server's content id: the hub's LFS sha256, else the ETag (S3, hub)
+        content = (
+            f"sha256:{listed.sha256}" if listed.sha256
+            else f"etag:{listed.etag}" if listed.etag else ""
+        )  # fmt: skip
+        out[rel] = SourceStat(listed.size, 0, sha, content)
     return out
 
 

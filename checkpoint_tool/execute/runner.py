@@ -2,14 +2,17 @@
 
 Order of a run:
 
+0. refuse a DST that is, holds or lies inside SRC (``execute.paths``), before anything else;
 1. build every output tensor's node tree (``execute.ops``) — a bad plan fails before DST is
    touched; open the source shards and check they still match the catalog the plan was made from;
-2. prepare DST (``execute.destination``: fresh, ``--resume`` or ``--overwrite``) and its journal;
+2. prepare DST (``execute.destination``: fresh, ``--resume`` or ``--overwrite``) and its journal,
+   which records each source shard's identity (a resumed run stops on a changed shard);
 3. on resume, verify each journaled file by recomputing its sha256 (kept if equal, rewritten
    otherwise); write the remaining weight files with K worker threads, each file under a
    temporary name, fsynced and renamed, then recorded in the journal;
 4. copy side files, write ``config.json`` and ``model.safetensors.index.json`` (atomically);
-5. re-check that no source shard changed, write ``ckpt-manifest.json``, delete the journal.
+5. re-check that no source shard changed (size, mtime, and the content id of
+   ``execute.source_identity``), write ``ckpt-manifest.json``, delete the journal.
 
 ``durable=False`` (``ckpt convert --no-fsync``) skips every fsync and the early write-back:
 files still appear under their final names only once complete, the journal and ``--resume``
@@ -59,8 +62,10 @@ from checkpoint_tool.execute.manifest import (
 )
 from checkpoint_tool.execute.open_source import open_sources
 from checkpoint_tool.execute.pages import release_free_heap
+from checkpoint_tool.execute.paths import check_apart, inside_source
 from checkpoint_tool.execute.progress import Progress, make_progress
 from checkpoint_tool.execute.source import SourceFiles
+from checkpoint_tool.execute.source_identity import SourceIdentity
 from checkpoint_tool.execute.tree import build_node
 from checkpoint_tool.execute.writer import (
     fsync_dir,
@@ -126,6 +131,7 @@ def execute_plan(
     t0 = time.monotonic()
     release_free_heap()  # what planning freed is not carried through the run
     dst = Path(dst)
+    check_apart(catalog.root, dst)  # before anything: DST never is, holds or lies in SRC
     pool = pool or ThreadPool(workers)
     if pool.workers < 1:
         raise UsageError(f"--workers {pool.workers}: give 1 or more")
@@ -144,6 +150,8 @@ def execute_plan(
             resume=resume,
             overwrite=overwrite,
             durable=durable,
+            sources=identities(sources),
+            source_where=source_label(catalog),
         )
         release_free_heap()  # what planning and the plan's checks freed is not carried along
         run = FileRun(plan, sources, dst, state.journal, chunk, prog, durable)
@@ -157,6 +165,7 @@ def execute_plan(
         finally:
             prog.close()
         (dst / JOURNAL_NAME).unlink(missing_ok=True)
+        fault_point("unlink")
         fsync_dir(dst, durable)
     return ConvertReport(
         dst=str(dst),
@@ -174,6 +183,16 @@ def execute_plan(
         seconds=round(time.monotonic() - t0, 3),
         durable=durable,
     )
+
+
+def identities(sources: SourceFiles) -> dict[str, SourceIdentity]:
+    """Each opened shard's identity now (``execute.source_identity``)."""
+    return {rel: st.identity() for rel, st in sorted(sources.stats.items())}
+
+
+def source_label(catalog: Catalog) -> str:
+    """The source as messages name it: the folder, or ``hf://org/name@rev`` of a remote one."""
+    return catalog.store.label if catalog.store is not None else str(catalog.root)
 
 
 def file_totals(plan: Plan) -> list[int]:
@@ -199,6 +218,7 @@ def finish_output(
          for p in t.pieces}
     )  # fmt: skip
     sources.check_unchanged(used)
+    sources.check_content(used)  # an edit whose mtime was put back: never under a manifest
     source_records = _source_records(sources, hash_source, run.progress)
     manifest = Manifest(
         ckpt_version=__version__,
@@ -297,6 +317,7 @@ def other_files(plan: Plan, catalog: Catalog) -> list[str]:
             raise InputError(f"{rel}: side file would overwrite an output of ckpt; re-plan")
         if rel == CONFIG_NAME and plan.config is not None:
             continue
+        inside_source(catalog.root, rel)  # a link out of SRC is refused, never followed
         if not (catalog.root / rel).is_file():
             raise InputError(
                 f"{catalog.root / rel}: side file planned for copying is missing; restore it or "

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.execute.pages import page_buffer
+from checkpoint_tool.execute.source_identity import SourceIdentity
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -45,11 +46,20 @@ HASH_BLOCK = 16 << 20
 @dataclass(frozen=True)
 class SourceStat:
     """A shard at the start of the run: ``SourceStat(size=4235662712, mtime_ns=0,
-    header_sha256='5be1...')`` (``mtime_ns`` 0 for a remote shard)."""
+    header_sha256='5be1...', content='etag:9f2c...')`` (``mtime_ns`` 0 for a remote shard;
+    ``content`` as ``execute.source_identity`` makes it)."""
 
     size: int
     mtime_ns: int
     header_sha256: str
+    content: str = ""
+
+    def identity(self) -> SourceIdentity:
+        """What a later run compares (``execute.source_identity``)."""
+        return SourceIdentity(
+            size=self.size, mtime_ns=self.mtime_ns, header_sha256=self.header_sha256,
+            content=self.content,
+        )  # fmt: skip
 
 
 class Prefetched(Protocol):
@@ -87,6 +97,11 @@ class SourceFiles(Protocol):
 
     def check_unchanged(self, files: Iterable[str]) -> None:
         """``InputError`` when a shard changed since the run started."""
+        ...
+
+    def check_content(self, files: Iterable[str]) -> None:
+        """``InputError`` when a shard's content id changed since the run started (the last
+        check before the manifest: it catches an edit whose mtime was put back)."""
         ...
 
     def full_sha256(self, rel: str) -> str:

@@ -34,9 +34,11 @@ DURABLE = True
 
 
 def fsync(fd: int, durable: bool = True) -> None:
-    """``os.fsync`` unless durability is switched off (``durable=False`` or tests)."""
+    """``os.fsync`` unless durability is switched off (``durable=False`` or tests); a fault
+    point either way (``execute.faults``)."""
     if durable and DURABLE:
         os.fsync(fd)
+    fault_point("fsync")
 
 
 #: default staging buffer size (two per writer; the executor passes its own)
@@ -84,6 +86,7 @@ class SafetensorsWriter:
             self._fd = os.open(self.tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         except OSError as exc:
             raise write_error(self.tmp, exc, "cannot create") from exc
+        fault_point("create")
         self._out = HashedOutput(self._fd, self.capacity, writeback=self.durable)
         self._copy_in(prefix)
 
@@ -222,14 +225,14 @@ class SafetensorsWriter:
 
 
 def fsync_dir(folder: Path, durable: bool = True) -> None:
-    """fsync a directory so a rename inside it is durable."""
-    if not (durable and DURABLE):
-        return
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """fsync a directory so a rename inside it is durable (a fault point either way)."""
+    if durable and DURABLE:
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fault_point("fsync_dir")
 
 
 def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = True) -> str:
@@ -252,8 +255,10 @@ def write_chunks_atomic(
                 h.update(data)
                 size += len(data)
             fh.flush()
+            fault_point("write")
             fsync(fh.fileno(), durable)
         os.replace(tmp, path)
+        fault_point("rename")
         fsync_dir(path.parent, durable)
     except OSError as exc:
         tmp.unlink(missing_ok=True)

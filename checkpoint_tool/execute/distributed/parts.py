@@ -5,6 +5,10 @@ size-balanced) into the shared DST, and keeps its own record ``.ckpt-part-000I-o
 (the plan fingerprint, the files it owns, each committed file's size, sha256 and mtime) the way
 a single-host run keeps its journal: a killed part is continued with ``--part I/N --resume``
 (journaled files are re-hashed and kept, the rest rewritten), whatever the other parts do.
+Each record also holds the identity of every source shard the part reads
+(``execute.source_identity``): a part, a resumed part and ``--finalize`` compare it with the
+shard as it is now and stop with one line on a change, so parts of two versions of a source
+never make one output.
 
 ``--finalize`` checks every part (all N records present, the same plan and split, every file
 committed, on disk with the recorded size and mtime) and then writes the side files, config,
@@ -32,6 +36,7 @@ from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.errors import OutputError
 from checkpoint_tool.execute.destination import output_names
 from checkpoint_tool.execute.distributed.split import split_files
+from checkpoint_tool.execute.faults import fault_point
 from checkpoint_tool.execute.file_run import FileRun
 from checkpoint_tool.execute.manifest import (
     JOURNAL_NAME,
@@ -44,6 +49,7 @@ from checkpoint_tool.execute.manifest import (
 )
 from checkpoint_tool.execute.open_source import open_sources
 from checkpoint_tool.execute.pages import release_free_heap
+from checkpoint_tool.execute.paths import check_apart
 from checkpoint_tool.execute.progress import Progress, make_progress
 from checkpoint_tool.execute.runner import (
     DEFAULT_MEMORY_BUDGET,
@@ -52,12 +58,17 @@ from checkpoint_tool.execute.runner import (
     chunk_size,
     file_totals,
     finish_output,
+    identities,
     other_files,
+    source_label,
 )
+from checkpoint_tool.execute.source_identity import SourceIdentity, check_same
 from checkpoint_tool.execute.writer import fsync_dir, partial_name, write_bytes_atomic
 from checkpoint_tool.plan.model import Plan
 
 PART_FORMAT = "ckpt-part/1"
+#: what to run when a source shard changed between parts (their files hold its old bytes)
+_PARTS_FIX = "restore the shard, or remove DST and run every part again"
 PART_RE = re.compile(r"^\.ckpt-part-(\d+)-of-(\d+)\.json$")
 
 
@@ -75,6 +86,8 @@ class PartRecord(BaseModel):
     files: list[str]
     done: dict[str, FileRecord] = Field(default_factory=dict)
     mtimes: dict[str, int] = Field(default_factory=dict)
+    #: the source shards this part reads, as it first saw them (``execute.source_identity``)
+    sources: dict[str, SourceIdentity] = Field(default_factory=dict)
 
 
 class PartReport(BaseModel):
@@ -140,6 +153,7 @@ class _PartRun(FileRun):
             files=self.files,
             done=journal.done,
             mtimes=mtimes,
+            sources=journal.sources,
         )
         data = json.dumps(rec.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
         write_bytes_atomic(self.dst / part_name(self.part, self.parts), data.encode(),
@@ -163,6 +177,7 @@ def execute_part(
     t0 = time.monotonic()
     release_free_heap()  # what planning freed is not carried through the run
     dst = Path(dst)
+    check_apart(catalog.root, dst)  # before anything: DST never is, holds or lies in SRC
     chunk = chunk_size(memory_budget, workers)
     check_plan(plan, catalog)
     others = other_files(plan, catalog)
@@ -170,14 +185,17 @@ def execute_part(
     mine = split_files(totals, parts)[part]
     names = [plan.files[i].name for i in mine]
     sha = plan_sha256(plan)
-    journal, resumed = _prepare(dst, plan, others, sha, part, parts, names, resume, durable)
-    release_free_heap()  # what planning and the plan's checks freed is not carried along
-    prog = make_progress(progress) if isinstance(progress, bool) else progress
     needed = sorted(
         {catalog.tensors[p.source].file for i in mine for t in plan.files[i].tensors
          for p in t.pieces}
     )  # fmt: skip
     with open_sources(catalog, needed) as sources:
+        now = identities(sources)
+        journal, resumed = _prepare(
+            dst, plan, others, sha, part, parts, names, resume, durable, now, catalog
+        )
+        release_free_heap()  # what planning and the plan's checks freed is not carried along
+        prog = make_progress(progress) if isinstance(progress, bool) else progress
         run = _PartRun(plan, sources, dst, journal, chunk, prog, durable)
         run.part, run.parts, run.files = part, parts, names
         if not resumed:
@@ -207,8 +225,9 @@ def execute_part(
     )
 
 
-def _prepare(dst, plan, others, sha, part, parts, names, resume, durable):  # type: ignore[no-untyped-def]
-    """Check DST for this part; the part's journal and whether it is resumed."""
+def _prepare(dst, plan, others, sha, part, parts, names, resume, durable, now, catalog):  # type: ignore[no-untyped-def]
+    """Check DST for this part; the part's journal and whether it is resumed. ``now``: the
+    identity of each shard this part reads, compared with what every part recorded."""
     if dst.exists() and not dst.is_dir():
         raise OutputError(f"{dst}: exists and is not a folder; choose a folder for the output")
     try:
@@ -239,6 +258,10 @@ def _prepare(dst, plan, others, sha, part, parts, names, resume, durable):  # ty
                 f"{dst / fname}: part {rec.part}/{rec.parts} of a different plan or split; give "
                 "every part the same source, options and N, or choose another DST"
             )
+        check_same(
+            rec.sources, now, source_label(catalog), f"part {rec.part}/{parts} read it",
+            _PARTS_FIX,
+        )  # fmt: skip
     path = dst / own
     if path.exists():
         if not resume:
@@ -251,8 +274,10 @@ def _prepare(dst, plan, others, sha, part, parts, names, resume, durable):  # ty
             raise OutputError(f"{path}: part {part}/{parts} owns other files; re-plan or new DST")
         for n in names:
             partial_name(dst / n).unlink(missing_ok=True)
-        return Journal(plan_sha256=sha, planned=names, done=dict(rec.done)), True
-    return Journal(plan_sha256=sha, planned=names), False
+            fault_point("unlink")
+        sources = rec.sources or now  # a record of an older ckpt: record them now
+        return Journal(plan_sha256=sha, planned=names, done=dict(rec.done), sources=sources), True
+    return Journal(plan_sha256=sha, planned=names, sources=now), False
 
 
 def finalize(
@@ -268,6 +293,7 @@ def finalize(
     """Check every part in ``dst`` and write side files, config, index and manifest."""
     t0 = time.monotonic()
     dst = Path(dst)
+    check_apart(catalog.root, dst)  # before anything: DST never is, holds or lies in SRC
     check_plan(plan, catalog)
     others = other_files(plan, catalog)
     totals = file_totals(plan)
@@ -284,6 +310,10 @@ def finalize(
     prog = make_progress(progress) if isinstance(progress, bool) else progress
     journal = Journal(plan_sha256=sha, planned=[f.name for f in plan.files], done=done)
     with open_sources(catalog, catalog.files) as sources:
+        now = identities(sources)
+        for rec in records.values():  # every part read the source as it is now
+            check_same(rec.sources, now, source_label(catalog), f"part {rec.part}/{rec.parts} "
+                       "read it", _PARTS_FIX)  # fmt: skip
         run = FileRun(plan, sources, dst, journal, chunk_size(memory_budget, 1), prog, durable)
         weight_records = [done[f.name] for f in plan.files]
         try:
@@ -292,6 +322,7 @@ def finalize(
             prog.close()
     for fname in records:
         (dst / fname).unlink(missing_ok=True)
+        fault_point("unlink")
     fsync_dir(dst, durable)
     return ConvertReport(
         dst=str(dst),
