@@ -21,13 +21,18 @@ Example::
 
 from __future__ import annotations
 
-import json
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from checkpoint_tool.catalog.json_input import (
+    MAX_CONFIG_BYTES,
+    MAX_INDEX_BYTES,
+    read_json_file,
+    short_repr,
+)
 from checkpoint_tool.catalog.paths import Where, safe_relative
 from checkpoint_tool.errors import InputError
 
@@ -38,13 +43,12 @@ INDEX_NAME = "model.safetensors.index.json"
 
 
 def read_json_if_present(path: Path) -> dict | None:
-    """The JSON object in ``path``; None when there is no such file."""
+    """The JSON object in ``path``; None when there is no such file. Read with the limits of
+    ``json_input`` (the index's size limit for the index, the config's for the others)."""
     if not path.exists():
         return None
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not valid JSON ({exc}); fix or restore the file") from exc
+    limit = MAX_INDEX_BYTES if path.name == INDEX_NAME else MAX_CONFIG_BYTES
+    doc = read_json_file(path, limit)
     if not isinstance(doc, dict):
         raise InputError(f"{path}: expected a JSON object")
     return doc
@@ -62,7 +66,8 @@ def files_from_index(
     for name, rel in weight_map.items():
         if not isinstance(rel, str) or not rel:
             raise InputError(
-                f"{root / INDEX_NAME}: tensor {name!r}: file entry {rel!r} is not a name"
+                f"{root / INDEX_NAME}: tensor {short_repr(name)}: file entry {short_repr(rel)} is "
+                "not a file name; fix the index"
             )
         if rel in files:  # path checks once per shard, not per tensor (~90k for R1)
             continue

@@ -30,6 +30,7 @@ from operator import eq, itemgetter, lt
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from checkpoint_tool.catalog.json_input import load_json, short_repr
 from checkpoint_tool.errors import InputError
 
 #: safetensors dtype name -> size of one element in bits. ``F4`` headers record the logical
@@ -62,6 +63,8 @@ DTYPE_NAMES: tuple[str, ...] = tuple(DTYPE_BITS)
 DTYPE_CODES: dict[str, int] = {name: code for code, name in enumerate(DTYPE_NAMES)}
 
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # safetensors' own limit
+#: the largest dim a header may record (shapes are kept as signed 64-bit integers)
+MAX_DIM = 2**62
 #: joins a header's names in ``HeaderColumns.text`` (a name holding it is refused)
 NAME_SEP = "\n"
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -292,17 +295,16 @@ def parse_header(path: Path | str, header_len: int, raw: bytes, file_size: int) 
             f"{path}: header length {header_len} exceeds the file size {file_size}; "
             "the shard is truncated or not safetensors, re-download it"
         )
-    try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(
-            f"{path}: header is not valid JSON ({exc}); the shard is corrupt, re-download it"
-        ) from exc
+    doc = load_json(raw, f"{path}: header", check_depth=False)
     if not isinstance(doc, dict):
         raise InputError(f"{path}: header is not a JSON object; the shard is corrupt")
     metadata = doc.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict):
-        raise InputError(f"{path}: __metadata__ is not an object; the shard is corrupt")
+    if not isinstance(metadata, dict) or not all(type(v) is str for v in metadata.values()):
+        raise InputError(
+            f"{path}: __metadata__ is not an object of strings (safetensors refuses anything "
+            "else); the shard is corrupt, re-download or re-export it"
+        )
+    _check_no_duplicates(path, raw, len(doc))
     data_start = 8 + header_len
     columns = _parse_entries(path, doc, data_start, file_size - data_start)
     return FileHeader(
@@ -310,8 +312,46 @@ def parse_header(path: Path | str, header_len: int, raw: bytes, file_size: int) 
         header_len,
         file_size,
         columns,
-        {str(k): str(v) for k, v in metadata.items()},
+        dict(metadata),
     )
+
+
+#: the keys every entry has once: a header whose raw bytes hold each exactly once per entry
+#: has no key written twice (a key spelled with escapes, or inside a name, is counted apart
+#: and sends the header to the careful check)
+_ENTRY_KEYS = (b'"dtype"', b'"shape"', b'"data_offsets"')
+
+
+def _check_no_duplicates(path: Path | str, raw: bytes, entries: int) -> None:
+    """Refuse a header with a JSON key written twice: two entries of one tensor name (Python's
+    ``json`` keeps the last silently) or a field twice in one entry. safetensors refuses them.
+
+    Cheap: three ``bytes.count`` passes (~1 ms per MB of header); only a header whose counts
+    differ from its entry count (a duplicate, or a name holding one of those keys) is parsed a
+    second time, keeping every key, to find the duplicate.
+    """
+    if all(raw.count(key) == entries for key in _ENTRY_KEYS):
+        return
+    twice: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in items:
+            if k in out:
+                twice.append(k)
+            out[k] = v
+        return out
+
+    try:
+        json.loads(raw.decode("utf-8"), object_pairs_hook=pairs)
+    except (RecursionError, ValueError):  # already parsed once: cannot happen
+        return
+    if twice:
+        raise InputError(
+            f"{path}: key {short_repr(twice[0])} is written twice in one JSON object of the "
+            "header (a tensor listed twice, or a field twice in an entry); safetensors refuses "
+            "such a file: re-export the shard"
+        )
 
 
 def _parse_entries(
@@ -341,12 +381,14 @@ def _parse_entries(
         ranks = bytes(map(len, shapes))
     except ValueError:  # a rank over 255
         name = next(n for n, sh in zip(names, shapes, strict=True) if len(sh) > 255)
-        raise InputError(f"{path}: tensor {name!r}: shape has too many dims for ckpt") from None
+        raise InputError(
+            f"{path}: tensor {short_repr(name)}: shape has too many dims for ckpt"
+        ) from None
     text = NAME_SEP.join(names)
     if text.count(NAME_SEP) != len(names) - 1:
         bad = next(n for n in names if NAME_SEP in n)
         raise InputError(
-            f"{path}: tensor {bad!r} has a line break in its name, which ckpt cannot catalog; "
+            f"{path}: tensor {short_repr(bad)} has a line break in its name, which ckpt cannot catalog; "
             "rename the tensor"
         )
     if not text.isascii():
@@ -355,7 +397,7 @@ def _parse_entries(
         except UnicodeEncodeError:  # a lone surrogate, written as a \uD800-\uDFFF escape
             bad = next(n for n in names if not _utf8(n))
             raise InputError(
-                f"{path}: tensor {bad!r} has a name that is not valid UTF-8 (a lone surrogate "
+                f"{path}: tensor {short_repr(bad)} has a name that is not valid UTF-8 (a lone surrogate "
                 "escape in the header JSON), which safetensors does not allow; rewrite the "
                 "header with the intended name"
             ) from None
@@ -405,7 +447,7 @@ def _well_formed(info: Any, data_len: int) -> tuple[str, list[int], int, int] | 
         return None
     count = 1
     for d in shape:
-        if type(d) is not int or d < 0:
+        if type(d) is not int or not 0 <= d <= MAX_DIM:
             return None
         count *= d
     if end - begin != (bits * count + 7) // 8:
@@ -418,35 +460,39 @@ def _parse_entry(
 ) -> TensorEntry:
     if not isinstance(info, dict):
         raise InputError(
-            f"{path}: tensor {name!r}: header entry is not an object; shard is corrupt"
+            f"{path}: tensor {short_repr(name)}: header entry is not an object; shard is corrupt"
         )
     dtype = info.get("dtype")
-    if dtype not in DTYPE_BITS:
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
         raise InputError(
-            f"{path}: tensor {name!r}: unknown dtype {dtype!r}; "
+            f"{path}: tensor {short_repr(name)}: unknown dtype {short_repr(dtype)}; "
             f"supported: {', '.join(sorted(DTYPE_BITS))}"
         )
     shape = info.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise InputError(f"{path}: tensor {name!r}: shape {shape!r} is not a list of sizes")
+    if not isinstance(shape, list) or not all(type(d) is int and 0 <= d <= MAX_DIM for d in shape):
+        raise InputError(
+            f"{path}: tensor {short_repr(name)}: shape {short_repr(shape)} is not a list of sizes"
+        )
     offsets = info.get("data_offsets")
     if (
         not isinstance(offsets, list)
         or len(offsets) != 2
-        or not all(isinstance(o, int) for o in offsets)
+        or not all(type(o) is int for o in offsets)
         or not 0 <= offsets[0] <= offsets[1]
     ):
-        raise InputError(f"{path}: tensor {name!r}: data_offsets {offsets!r} are malformed")
+        raise InputError(
+            f"{path}: tensor {short_repr(name)}: data_offsets {short_repr(offsets)} are malformed"
+        )
     begin, end = offsets
     if end > data_len:
         raise InputError(
-            f"{path}: tensor {name!r}: data_offsets [{begin}, {end}) run past the end of the "
+            f"{path}: tensor {short_repr(name)}: data_offsets [{begin}, {end}) run past the end of the "
             f"file (data region is {data_len} bytes); the shard is truncated, re-download it"
         )
     expected = tensor_nbytes(dtype, shape)
     if end - begin != expected:
         raise InputError(
-            f"{path}: tensor {name!r}: {end - begin} bytes on disk but {dtype}{shape} needs "
+            f"{path}: tensor {short_repr(name)}: {end - begin} bytes on disk but {dtype}{short_repr(shape)} needs "
             f"{expected}; the header is corrupt"
         )
     file = _file_name(path)
@@ -459,8 +505,8 @@ def _check_no_overlap(path: Path, tensors: dict[str, TensorEntry]) -> None:
     for name, t in ordered:
         if t.nbytes and prev_name is not None and t.begin < prev_end:
             raise InputError(
-                f"{path}: tensor {name!r}: bytes [{t.begin}, {t.end}) overlap tensor "
-                f"{prev_name!r}; the header is corrupt"
+                f"{path}: tensor {short_repr(name)}: bytes [{t.begin}, {t.end}) overlap tensor "
+                f"{short_repr(prev_name)}; the header is corrupt"
             )
         if t.nbytes:
             prev_name, prev_end = name, t.end

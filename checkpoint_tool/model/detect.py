@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from checkpoint_tool.model.config_checks import check_config
 from checkpoint_tool.model.facts import ModelFacts
 from checkpoint_tool.model.families import FAMILIES, family_of, generic
 from checkpoint_tool.model.families.common import build_facts
@@ -27,7 +28,9 @@ def model_facts(
     """Facts for a model. Families of the table read config.json (the tensor names, when given,
     only decide the spelling of each layer's experts); unknown ones fall back to ``generic``, which
     infers MoE layers from the names (and ``tensor_shapes`` for sizes). A set or a mapping of
-    the names (a catalog's ``tensors``) is asked as it is; other iterables are made a set."""
+    the names (a catalog's ``tensors``) is asked as it is; other iterables are made a set.
+    config.json's sizes are range-checked first (``config_checks``)."""
+    check_config(config)
     names: Collection[str] | None
     if tensor_names is None or isinstance(tensor_names, (AbstractSet, Mapping)):
         names = tensor_names

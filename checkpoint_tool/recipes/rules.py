@@ -28,12 +28,15 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress, repeat
+from operator import is_not
 from typing import Any
 
 import numpy as np
 
+from checkpoint_tool.errors import InputError
 from checkpoint_tool.model.config_fields import config_field
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 from checkpoint_tool.recipes.schema import Recipe, When
@@ -134,6 +137,29 @@ class _Rename:
     #: Callable[[list[str]], Iterable[object]]: per name, truthy where the rule matches
     #: (the test ``apply`` makes, run over a whole column at C speed)
     hits: Any
+
+
+#: the longest tensor name a rule may write (published names are under 120 characters)
+MAX_NAME = 1024
+
+
+def check_written_name(source: str, written: str, steps: Sequence[str]) -> None:
+    """A name a rule wrote must be a valid safetensors tensor name: not empty, not the
+    header's ``__metadata__`` slot, no control characters, at most ``MAX_NAME`` characters.
+    Two sources renamed to one name are refused by the planner (``plan.outputs``)."""
+    if (
+        written
+        and written != "__metadata__"
+        and len(written) <= MAX_NAME
+        and (written.isprintable())
+    ):
+        return
+    shown = repr(written) if len(written) <= 80 else repr(written[:77]) + "..."
+    raise InputError(
+        f"recipe rule {' > '.join(steps) or '?'} renames tensor {source!r} to {shown}, which "
+        "is not a valid tensor name (empty, '__metadata__', a control character or over "
+        f"{MAX_NAME} characters); fix the rule"
+    )
 
 
 @dataclass(slots=True)
@@ -321,6 +347,8 @@ class RuleSet:
                 if pattern.search(written):
                     steps.append(rule_id)
                     break
+        if written is not source:
+            check_written_name(source, written, steps)
         return Renamed(source, written, engine, tuple(steps), redirected=redirect_to is not None)
 
     def rename_all(
@@ -371,6 +399,8 @@ class RuleSet:
                 if hit:
                     steps.add(hit, rule_id)
                     bare = [k for k in bare if not steps.ids[k]]
+        for k in compress(range(n), map(is_not, written, sources)):
+            check_written_name(sources[k], written[k], steps.histories[steps.ids[k]])
         return RenamedColumn(written, engine, steps.ids, steps.histories, kept)
 
     def _alias_all(
@@ -405,7 +435,9 @@ class RuleSet:
             key = (last, id(schemes[k]))
             if key not in decided:
                 spelled = self._alias(name, schemes[k])
-                decided[key] = None if spelled is None else (spelled[0], spelled[1].rpartition(".")[2])
+                decided[key] = (
+                    None if spelled is None else (spelled[0], spelled[1].rpartition(".")[2])
+                )
             hit = decided[key]
             if hit is not None:
                 written[k] = name[: len(name) - len(last)] + hit[1]

@@ -23,10 +23,12 @@ Example (YAML)::
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from checkpoint_tool.errors import InputError
+from checkpoint_tool.safe_regex import check_regex
 
 #: the fixed order in which rule kinds apply (``fse`` is the shared-expert redirection, whose
 #: names come from the model facts and whose per-layer decision comes from the policy)
@@ -51,10 +53,11 @@ class _Strict(BaseModel):
 
 
 def _check_regex(value: str) -> str:
+    """A valid regex that runs in bounded time (``safe_regex``)."""
     try:
-        re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"not a valid regular expression ({exc})") from exc
+        check_regex(value, "rule match")
+    except InputError as exc:
+        raise ValueError(exc.message) from None
     return value
 
 

@@ -16,7 +16,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from checkpoint_tool.catalog.catalog import INDEX_NAME, Catalog, TensorEntry
+from checkpoint_tool.catalog.json_input import MAX_CONFIG_BYTES, MAX_INDEX_BYTES, read_json_file
 from checkpoint_tool.catalog.paths import safe_relative
 from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES, FileHeader
 from checkpoint_tool.errors import CkptError, InputError
@@ -258,6 +258,13 @@ def load_context(source: str | os.PathLike[str], options: ValidateOptions) -> Va
     ctx.config, ctx.config_error = _read_json(root / "config.json")
     if ctx.config is None and ctx.config_error is None:
         ctx.config_error = "config.json is missing; vLLM needs it next to the shards"
+    elif ctx.config is not None:
+        from checkpoint_tool.model.config_checks import check_config
+
+        try:  # sizes out of range fail config_json, and nothing is built from them
+            check_config(ctx.config)
+        except InputError as exc:
+            ctx.config, ctx.config_error = None, exc.message
     ctx.hf_quant_config, ctx.hf_quant_error = _read_json(root / "hf_quant_config.json")
     if ctx.single_file is None:
         ctx.on_disk = sorted(p.name for p in root.glob("*.safetensors") if p.is_file())
@@ -282,10 +289,11 @@ def load_context(source: str | os.PathLike[str], options: ValidateOptions) -> Va
 def _read_json(path: Path) -> tuple[dict | None, str | None]:
     if not path.exists():
         return None, None
+    limit = MAX_INDEX_BYTES if path.name == INDEX_NAME else MAX_CONFIG_BYTES
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return None, f"{path.name} is not valid JSON ({exc})"
+        doc = read_json_file(path, limit)
+    except InputError as exc:
+        return None, f"{path.name}: {str(exc).removeprefix(f'{path}: ')}"
     if not isinstance(doc, dict):
         return None, f"{path.name} is not a JSON object"
     return doc, None

@@ -27,8 +27,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from checkpoint_tool.catalog.json_input import short_repr
 from checkpoint_tool.catalog.safetensors_format import (
     DTYPE_BITS,
+    MAX_DIM,
     MAX_HEADER_BYTES,
     TensorHeader,
     read_header,
@@ -114,10 +116,14 @@ def _diagnose(path: Path, rel: str, strict_error: InputError | None) -> FileScan
         return scan
     scan.parsed = True
     meta = doc.pop("__metadata__", None)
-    if meta is not None and not isinstance(meta, dict):
-        scan.problem("header_valid", "__metadata__ is not a JSON object; the header is corrupt")
+    if meta is not None and (
+        not isinstance(meta, dict) or not all(type(v) is str for v in meta.values())
+    ):
+        scan.problem(
+            "header_valid", "__metadata__ is not a JSON object of strings; the header is corrupt"
+        )
     elif meta:
-        scan.metadata = {str(k): str(v) for k, v in meta.items()}
+        scan.metadata = dict(meta)
     data_start = 8 + scan.header_len
     data_len = scan.size - data_start
     for name, info in doc.items():
@@ -181,10 +187,16 @@ def _parse_json(raw: bytes, scan: FileScan) -> dict | None:
 
     try:
         doc = json.loads(raw.decode("utf-8"), object_pairs_hook=pairs)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        scan.problem(
+            "header_valid", "header JSON is nested too deep to parse; the shard is corrupt"
+        )
+        return None
+    except (UnicodeDecodeError, ValueError) as exc:
         scan.problem(
             "header_valid",
-            f"header is not valid JSON ({exc}); the shard is corrupt, re-download or re-export it",
+            f"header is not valid JSON ({str(exc)[:200]}); the shard is corrupt, re-download or "
+            "re-export it",
         )
         return None
     if not isinstance(doc, dict):
@@ -208,13 +220,11 @@ def _parse_entry(name: str, info: object, data_start: int, scan: FileScan) -> Te
         bad("is not an object")
         return None
     dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-    if dtype not in DTYPE_BITS:
-        bad(f"has unknown dtype {dtype!r}")
+    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
+        bad(f"has unknown dtype {short_repr(dtype)}")
         return None
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
-        bad(f"has shape {shape!r}, not a list of sizes")
+    if not isinstance(shape, list) or not all(type(d) is int and 0 <= d <= MAX_DIM for d in shape):
+        bad(f"has shape {short_repr(shape)}, not a list of sizes")
         return None
     if (
         not isinstance(offsets, list)
@@ -222,12 +232,12 @@ def _parse_entry(name: str, info: object, data_start: int, scan: FileScan) -> Te
         or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
         or not 0 <= offsets[0] <= offsets[1]
     ):
-        bad(f"has malformed data_offsets {offsets!r}")
+        bad(f"has malformed data_offsets {short_repr(offsets)}")
         return None
     begin, end = offsets
     need = tensor_nbytes(dtype, shape)
     if end - begin != need:
-        bad(f"spans {end - begin} bytes but {dtype}{shape} needs {need}")
+        bad(f"spans {end - begin} bytes but {dtype}{short_repr(shape)} needs {need}")
         return None
     return TensorHeader(name, scan.rel, dtype, tuple(shape), data_start + begin, data_start + end)
 

@@ -215,7 +215,9 @@ def test_quark_fused_3d_routed_experts_detected_from_real_header_names():
             FIXTURES / "quark-0.13_tiny-deepseek_v3_mxfp4-global_ptpc-fp8-attn.tensors.json"
         ).read_text()
     )
-    cfg = dict(R1, num_hidden_layers=2, first_k_dense_replace=1, n_routed_experts=4)
+    cfg = dict(
+        R1, num_hidden_layers=2, first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2
+    )
     cfg.update(moe_intermediate_size=128, hidden_size=256, num_nextn_predict_layers=0)
     f = model_facts(cfg, tensors)
     m = f.layer(1)

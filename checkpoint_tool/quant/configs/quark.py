@@ -26,15 +26,17 @@
 from __future__ import annotations
 
 import fnmatch
-import re
+from functools import cached_property
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 from checkpoint_tool.quant.configs.base import QuantConfigBase
 from checkpoint_tool.quant.configs.names import expert_parts
+from checkpoint_tool.quant.configs.quark_exclude import ExcludeIndex
 from checkpoint_tool.quant.configs.quark_spec import QuarkLayerSpec, scheme_from_spec
 from checkpoint_tool.quant.scheme import Scheme
+from checkpoint_tool.safe_regex import check_regex
 
 #: layer_type_quant_config keys that name torch's linear class
 LINEAR_TYPE_KEYS = {"Linear", "nn.Linear", "torch.nn.Linear", "torch.nn.modules.linear.Linear"}
@@ -72,6 +74,24 @@ class QuarkConfig(QuantConfigBase):
     #: match rule -> scheme (a rule names the config entry it matched: one spec per rule)
     _schemes: dict[str, Scheme] = PrivateAttr(default_factory=dict)
 
+    @model_validator(mode="after")
+    def _bounded_regexes(self) -> QuarkConfig:
+        """Every ``re:`` entry of ``exclude`` and ``layer_quant_config`` runs in bounded time
+        (``safe_regex``); refused otherwise, before any name is matched."""
+        where = "config.json quantization_config"
+        for entry in self.exclude:
+            if entry.startswith("re:"):
+                check_regex(entry[3:], f"{where}.exclude")
+        for key in self.layer_quant_config:
+            if key.startswith("re:"):
+                check_regex(key[3:], f"{where}.layer_quant_config")
+        return self
+
+    @cached_property
+    def exclude_index(self) -> ExcludeIndex:
+        """``exclude`` indexed once (``quark_exclude``): a lookup costs the same for any length."""
+        return ExcludeIndex(self.exclude)
+
     # -- vLLM semantics ------------------------------------------------------------------------
 
     def vllm_match(self, module: str) -> tuple[QuarkLayerSpec | None, str]:
@@ -79,14 +99,12 @@ class QuarkConfig(QuantConfigBase):
         moe = expert_parts(module)
         layer = moe[0] if moe else module
         on = f" on FusedMoE layer {layer!r}" if moe else ""
-        for entry in self.exclude:
-            if entry.startswith("re:"):
-                if re.match(entry[3:], layer):
-                    return None, f"vllm: exclude {entry!r} (re.match){on}"
-            elif entry == layer:
-                return None, f"vllm: exclude {entry!r} (exact){on}"
-            elif moe and entry.startswith(layer + "."):
+        hit = self.exclude_index.vllm_first(layer, moe is not None)
+        if hit is not None:
+            entry, how = hit
+            if how == "child":
                 return None, f"vllm: exclude {entry!r} names a child of FusedMoE layer {layer!r}"
+            return None, f"vllm: exclude {entry!r} ({how}){on}"
         hit = self._vllm_layer_key(layer)
         if hit is not None:
             key, how = hit
@@ -107,14 +125,10 @@ class QuarkConfig(QuantConfigBase):
 
     def producer_match(self, module: str) -> tuple[QuarkLayerSpec | None, str]:
         """The spec Quark used when it wrote ``module`` (None = excluded) and why."""
-        if module in self.exclude:
-            return None, f"quark: exclude {module!r} (exact)"
-        for entry in self.exclude:
-            if entry.startswith("re:"):
-                if re.match(entry[3:], module):
-                    return None, f"quark: exclude {entry!r} (re.match)"
-            elif fnmatch.fnmatch(module, entry):
-                return None, f"quark: exclude {entry!r} (fnmatch)"
+        hit = self.exclude_index.producer_first(module)
+        if hit is not None:
+            entry, how = hit
+            return None, f"quark: exclude {entry!r} ({how})"
         if module in self.layer_quant_config:
             return self.layer_quant_config[module], f"quark: layer_quant_config[{module!r}] (exact)"
         for key, spec in self.layer_quant_config.items():
