@@ -110,6 +110,15 @@ def register(app: typer.Typer) -> None:
         ] = False,
         progress: ProgressOpt = True,
         fmt: FormatOpt = "human",
+        # performance and scope of a long run (verify internals)
+        workers: Annotated[
+            int | None,
+            typer.Option(
+                "--workers",
+                min=1,
+                help="Threads of the lossless check (default: the usable cores, at most 16).",
+            ),
+        ] = None,
         # spread the lossless check (cli/dist_options.py, cli/spread.py)
         executor: dist.ExecutorOpt = dist.ExecutorOption.threads,
         ray_address: dist.RayAddressOpt = None,
@@ -133,6 +142,7 @@ def register(app: typer.Typer) -> None:
             memory_budget=memory_budget,
             max_mismatches=max_mismatches,
             allow_skipped=allow_skipped,
+            workers=workers,
         )
         bar = (
             RichProgress(label="verify lossless", transient=True)

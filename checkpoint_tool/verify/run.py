@@ -62,6 +62,8 @@ class VerifyOptions(BaseModel):
     max_mismatches: int = DEFAULT_MAX_LISTED
     #: numeric layers that cannot run (unsupported routing / format) do not fail the run
     allow_skipped: bool = False
+    #: threads of the lossless check (None: the usable cores, at most 16)
+    workers: int | None = None
 
 
 def verify_checkpoint(
@@ -103,6 +105,7 @@ def verify_checkpoint(
             budget=options.memory_budget,
             max_listed=options.max_mismatches,
             progress=progress,
+            workers=options.workers,
         )
         lossless.plan_matches_manifest = same
         if requant is not None:  # requantized shared experts: their errors recomputed
