@@ -17,8 +17,8 @@ from checkpoint_tool.cli.options import (
     FormatOpt,
     MemoryBudgetOpt,
     ProgressOpt,
-    VerifyLayersOpt,
     VerifyTpOpt,
+    parse_layers,
 )
 from checkpoint_tool.cli.output import emit
 from checkpoint_tool.cli.session import paused_gc
@@ -77,7 +77,15 @@ def register(app: typer.Typer) -> None:
                 "--numeric/--no-numeric", help="Run sampled MoE layers against the reference."
             ),
         ] = True,
-        layers: VerifyLayersOpt = None,
+        layers: Annotated[
+            str | None,
+            typer.Option(
+                "--layers",
+                metavar="all|sample|<layers>",
+                help="MoE layers run numerically: sample (default: one per policy), all, or "
+                "numbers like 3,4 or 3-5,7.",
+            ),
+        ] = None,
         tokens: Annotated[
             int, typer.Option("--tokens", min=1, help="Random hidden states per layer.")
         ] = 16,
@@ -119,6 +127,15 @@ def register(app: typer.Typer) -> None:
                 help="Threads of the lossless check (default: the usable cores, at most 16).",
             ),
         ] = None,
+        max_seconds: Annotated[
+            float | None,
+            typer.Option(
+                "--max-seconds",
+                min=0.001,
+                help="Time budget of the numeric check: layers beyond the policy sample "
+                "(--layers all) start only while it allows; the sample always runs.",
+            ),
+        ] = None,
         # spread the lossless check (cli/dist_options.py, cli/spread.py)
         executor: dist.ExecutorOpt = dist.ExecutorOption.threads,
         ray_address: dist.RayAddressOpt = None,
@@ -133,7 +150,7 @@ def register(app: typer.Typer) -> None:
         options = VerifyOptions(
             lossless=lossless,
             numeric=numeric,
-            layers=layers,
+            layers=_layers(layers),
             tokens=tokens,
             seed=seed,
             device=device,
@@ -143,6 +160,7 @@ def register(app: typer.Typer) -> None:
             max_mismatches=max_mismatches,
             allow_skipped=allow_skipped,
             workers=workers,
+            max_seconds=max_seconds,
         )
         bar = (
             RichProgress(label="verify lossless", transient=True)
@@ -160,7 +178,24 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(spread_report.exit_code)
             return
         with paused_gc():  # two catalogs, a plan and their findings: collected once, afterwards
-            report = verify_checkpoint(dst, source, options, progress=bar)
+            report = verify_checkpoint(dst, source, options, progress=bar,
+                                       layer_progress=_layer_bar(progress))  # fmt: skip
         emit(report, fmt, human=render_human)  # type: ignore[arg-type]
         if report.exit_code:
             raise typer.Exit(report.exit_code)
+
+
+def _layers(text: str | None) -> list[int] | Literal["all", "sample"] | None:
+    """``--layers``: ``all`` / ``sample`` as given, else layer numbers (``3,4``, ``3-5,7``)."""
+    if text is not None and text.strip() in ("all", "sample"):
+        return text.strip()  # type: ignore[return-value]
+    return parse_layers(text)
+
+
+def _layer_bar(enabled: bool):  # type: ignore[no-untyped-def]
+    """Per-layer numeric progress on a terminal (None otherwise)."""
+    if not (enabled and sys.stderr.isatty()):
+        return None
+    from checkpoint_tool.verify.progress import RichLayerProgress
+
+    return RichLayerProgress()

@@ -96,10 +96,12 @@ def layer_policy(src: CheckpointView, dst: ConvertedView, layer: int) -> LayerPo
     )
 
 
-def sample_layers(
-    src: CheckpointView, dst: ConvertedView, layers: Sequence[int] | None = None
-) -> list[LayerPolicy]:
-    """``layers`` when given (each must be a MoE layer of both), else one per policy."""
+def all_layers(src: CheckpointView, dst: ConvertedView) -> list[LayerPolicy]:
+    """Every MoE layer of both checkpoints, in layer order (``--layers all``)."""
+    return [layer_policy(src, dst, i) for i in _available(src, dst)]
+
+
+def _available(src: CheckpointView, dst: ConvertedView) -> list[int]:
     available = [  # a partial conversion (convert --layers) holds only some layers' tensors
         i
         for i in dst.facts.moe_layer_indices
@@ -110,6 +112,14 @@ def sample_layers(
             f"{dst.where}: no MoE layer in common with the source; nothing to check numerically "
             "(pass --no-numeric)"
         )
+    return available
+
+
+def sample_layers(
+    src: CheckpointView, dst: ConvertedView, layers: Sequence[int] | None = None
+) -> list[LayerPolicy]:
+    """``layers`` when given (each must be a MoE layer of both), else one per policy."""
+    available = _available(src, dst)
     if layers is not None:
         unknown = sorted(set(layers) - set(available))
         if unknown:
