@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
@@ -198,20 +199,17 @@ def select_layers(
 
 
 def spread_order(n: int) -> list[int]:
-    """0..n-1 ordered so every prefix is spread out: ``spread_order(5)`` -> ``[0, 4, 2, 1, 3]``."""
-    if n <= 0:
-        return []
-    order, seen = [0], {0}
-    if n > 1:
-        order.append(n - 1)
-        seen.add(n - 1)
-    step = n - 1
-    while len(order) < n:
-        step = max(1, step // 2)
-        for i in range(0, n, step):
-            if i not in seen:
-                seen.add(i)
-                order.append(i)
+    """0..n-1 ordered so every prefix is spread out (ends, then midpoints breadth first):
+    ``spread_order(5)`` -> ``[0, 4, 2, 1, 3]``."""
+    if n <= 2:
+        return list(range(n))
+    order, gaps = [0, n - 1], deque([(0, n - 1)])
+    while gaps:
+        lo, hi = gaps.popleft()
+        if hi - lo >= 2:
+            mid = (lo + hi) // 2
+            order.append(mid)
+            gaps.extend(((lo, mid), (mid, hi)))
     return order
 
 
