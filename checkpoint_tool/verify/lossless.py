@@ -186,6 +186,12 @@ class LosslessChecker:
     def check_files(self, files: Sequence[OutputFile]) -> None:
         """Check ``files``: ``workers`` threads compare their segments, results in plan order;
         ``progress`` sees the bytes and each file done."""
+        if self.workers == 1:  # no threads: no hand-offs
+            for batch in self._batches(files):
+                done: Future[list[object]] = Future()
+                done.set_result(self._run_batch(batch))
+                self._gather(batch, done)
+            return
         window = 2 * self.workers
         pending: deque[tuple[_Batch, Future[list[object]]]] = deque()
         with ThreadPoolExecutor(self.workers, thread_name_prefix="ckpt-verify") as pool:
