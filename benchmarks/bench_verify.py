@@ -60,7 +60,7 @@ def gpu_memory() -> int:
 
         if torch.cuda.is_available():
             return int(torch.cuda.get_device_properties(0).total_memory)
-    except Exception:  # noqa: BLE001 - no torch / no driver: no GPU
+    except Exception:  # no torch, no driver: no GPU
         pass
     return 0
 
