@@ -29,6 +29,7 @@ Example::
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,8 +41,9 @@ import torch
 
 from checkpoint_tool.catalog import open_catalog
 from checkpoint_tool.catalog.catalog import Catalog
-from checkpoint_tool.catalog.reader import read_rows, read_tensor
+from checkpoint_tool.catalog.reader import read_rows
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.layers.fastread import TensorReader
 from checkpoint_tool.layers.view import (
     ConfigView,
     Router,
@@ -82,6 +84,8 @@ class CheckpointView(ConfigView):
     def __init__(self, catalog: Catalog, *, semantics: Semantics = "vllm") -> None:
         self.catalog = catalog
         self.semantics = semantics
+        self._reader = TensorReader(catalog)  # descriptors closed with the view
+        weakref.finalize(self, self._reader.close)
         if not catalog.config:
             raise InputError(f"{catalog.root}: no config.json; verify needs the model config")
         super().__init__(
@@ -134,7 +138,7 @@ class CheckpointView(ConfigView):
     def read(self, name: str, what: str) -> torch.Tensor:
         if name not in self.catalog.tensors:
             raise InputError(f"{self.where}: {what} tensor {name!r} is missing")
-        return read_tensor(self.catalog, name)
+        return self._reader.read(self.catalog.get(name))
 
     @cached_property
     def _siblings(self) -> dict[str, dict[str, str]]:
