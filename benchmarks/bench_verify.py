@@ -119,7 +119,34 @@ def time_cat(files: list[Path]) -> float:
     return time.perf_counter() - t
 
 
-def lossless(src: Path, dst: Path, *, workers: int | None, repeat: int, cold: bool) -> dict:
+def sweep_lossless(plan, cat, dst: Path, files: list[Path], nbytes: int) -> list[dict]:  # type: ignore[no-untyped-def]
+    """Warm ratio against ``cat`` per (chunk size, compare, workers): the defaults' evidence."""
+    from checkpoint_tool.verify import chunks
+    from checkpoint_tool.verify.lossless import check_lossless
+
+    default = (chunks.CHUNK, chunks.COMPARE)
+    cores = len(os.sched_getaffinity(0))
+    rows = []
+    for chunk, compare, workers in [(256 << 10, "memcmp", cores), (1 << 20, "memcmp", cores),
+                                    (256 << 10, "numpy", cores), (1 << 20, "numpy", cores),
+                                    (4 << 20, "numpy", cores), (1 << 20, "numpy", max(1, cores // 2))]:  # fmt: skip
+        chunks.CHUNK, chunks.COMPARE = chunk, compare
+        c = time_cat(files)
+        t = time.perf_counter()
+        check_lossless(plan, cat, dst, workers=workers)
+        v = time.perf_counter() - t
+        rows.append({"chunk": chunk, "compare": compare, "workers": workers,
+                     "cat_seconds": round(c, 3), "verify_seconds": round(v, 3),
+                     "ratio": round(c / v, 3)})  # fmt: skip
+        print(f"  sweep chunk {chunk >> 10:5d} KiB {compare:6s} {workers:2d} workers: "
+              f"cat {nbytes / c / 1e9:5.2f} GB/s, verify {nbytes / v / 1e9:5.2f} GB/s, "
+              f"ratio {c / v:.2f}", flush=True)  # fmt: skip
+    chunks.CHUNK, chunks.COMPARE = default
+    return rows
+
+
+def lossless(src: Path, dst: Path, *, workers: int | None, repeat: int, cold: bool,
+             sweep: bool = False) -> dict:  # fmt: skip
     from checkpoint_tool.catalog import open_catalog
     from checkpoint_tool.verify.lossless import check_lossless, default_workers
     from checkpoint_tool.verify.replan import rebuild_plan, require_manifest
@@ -155,6 +182,8 @@ def lossless(src: Path, dst: Path, *, workers: int | None, repeat: int, cold: bo
             "verify_gb_s_read": round(nbytes / v / 1e9, 3),
             "ratio": round(c / v, 3),
         }
+    if sweep:
+        out["sweep"] = sweep_lossless(plan, cat, dst, files, nbytes)
     cli = [*CKPT, "verify", str(dst), "-s", str(src), "--no-numeric", "--no-progress"]
     if workers:
         cli += ["--workers", str(workers)]
@@ -163,7 +192,7 @@ def lossless(src: Path, dst: Path, *, workers: int | None, repeat: int, cold: bo
 
 
 def numeric(src: Path, dst: Path, tokens: list[int], device: str, backend: str,
-            profile: Path | None) -> dict:  # fmt: skip
+            profile: Path | None, warm_up: list[int] | None = None) -> dict:  # fmt: skip
     from checkpoint_tool.verify import VerifyOptions, verify_checkpoint
 
     def one(**kw: object) -> dict:
@@ -182,6 +211,8 @@ def numeric(src: Path, dst: Path, tokens: list[int], device: str, backend: str,
 
     first = one(layers=[1], tokens=tokens[0])  # Triton compiles, CUDA starts
     out: dict = {"device": first["device"], "backend": backend, "first_run": first}
+    for n in warm_up or []:  # each token count's kernels compiled before it is timed
+        out[f"warm_up_{n}_tokens"] = one(layers=[1], tokens=n)
     for n in tokens:
         if profile is not None and n == tokens[-1]:
             import cProfile
@@ -263,6 +294,16 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, default=None,
                     help="cProfile of the last one-layer run, as text")  # fmt: skip
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--sweep",
+        action="store_true",
+        help="also time the lossless check per chunk size / compare / workers",
+    )
+    ap.add_argument(
+        "--warm-up",
+        default="",
+        help="token counts run once first (Triton compiles per shape), e.g. 16,256",
+    )
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     size = auto_size(args.work) if args.size == "auto" else args.size
@@ -270,7 +311,7 @@ def main() -> None:
     result: dict = {"machine": machine(), "build": info}
     if args.lossless:
         result["lossless"] = lossless(src, dst, workers=args.workers, repeat=args.repeat,
-                                      cold=args.cold)  # fmt: skip
+                                      cold=args.cold, sweep=args.sweep)  # fmt: skip
     if args.numeric:
         import torch
 
@@ -280,7 +321,8 @@ def main() -> None:
         backend = args.backend if args.backend != "auto" else (
             "triton" if device == "cuda" else "torch")  # fmt: skip
         tokens = [int(t) for t in args.tokens.split(",")]
-        result["numeric"] = numeric(src, dst, tokens, device, backend, args.profile)
+        warm = [int(t) for t in args.warm_up.split(",") if t]
+        result["numeric"] = numeric(src, dst, tokens, device, backend, args.profile, warm)
     print_table(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
