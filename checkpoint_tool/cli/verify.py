@@ -40,6 +40,8 @@ Examples:
 
   ckpt verify /out/model -s /models/R1 --layers 3,30,61 --tokens 64 --device cuda
 
+  ckpt verify /out/model -s /models/R1 --layers all --max-seconds 600 -f json > v.json
+
   ckpt verify /shared/out -s ./src --no-numeric --part 0/4 -f json > v0.json   # ... 3/4
 
   ckpt verify /shared/out -s ./src --merge 'v*.json'

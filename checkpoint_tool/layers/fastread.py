@@ -56,7 +56,7 @@ class TensorReader:
         n = entry.end - entry.begin
         out = torch.empty(n, dtype=torch.uint8)
         if n:
-            view, got, fd = memoryview(out.numpy()), 0, self._fd(path)
+            view, got, fd = memoryview(out.numpy()), 0, self._fd(path)  # type: ignore[arg-type]
             while got < n:
                 try:
                     k = os.preadv(fd, [view[got:]], entry.begin + got)
