@@ -11,8 +11,8 @@ import pytest
 from checkpoint_tool.cli.verify import _layers
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.verify import VerifyOptions, verify_checkpoint
-from checkpoint_tool.verify.numeric import spread_order
 from checkpoint_tool.verify.report import LayerResult
+from checkpoint_tool.verify.sampling import spread_order
 
 from . import corrupt
 
