@@ -18,8 +18,8 @@ from checkpoint_tool.cli.options import (
     FormatOpt,
     MemoryBudgetOpt,
     ProgressOpt,
-    VerifyLayersOpt,
     VerifyTpOpt,
+    parse_layers,
 )
 from checkpoint_tool.cli.output import emit
 from checkpoint_tool.cli.session import paused_gc
@@ -41,6 +41,8 @@ Examples:
   ckpt verify /out/model --source /models/quark-mxfp4
 
   ckpt verify /out/model -s /models/R1 --layers 3,30,61 --tokens 64 --device cuda
+
+  ckpt verify /out/model -s /models/R1 --layers all --max-seconds 600 -f json > v.json
 
   ckpt verify /shared/out -s ./src --no-numeric --part 0/4 -f json > v0.json   # ... 3/4
 
@@ -93,7 +95,15 @@ def register(app: typer.Typer) -> None:
                 "--numeric/--no-numeric", help="Run sampled MoE layers against the reference."
             ),
         ] = True,
-        layers: VerifyLayersOpt = None,
+        layers: Annotated[
+            str | None,
+            typer.Option(
+                "--layers",
+                metavar="all|sample|<layers>",
+                help="MoE layers run numerically: sample (default: one per policy), all, or "
+                "numbers like 3,4 or 3-5,7.",
+            ),
+        ] = None,
         tokens: Annotated[
             int, typer.Option("--tokens", min=1, help="Random hidden states per layer.")
         ] = 16,
@@ -128,6 +138,24 @@ def register(app: typer.Typer) -> None:
         ] = False,
         progress: ProgressOpt = True,
         fmt: FormatOpt = "human",
+        # performance and scope of a long run (verify internals)
+        workers: Annotated[
+            int | None,
+            typer.Option(
+                "--workers",
+                min=1,
+                help="Threads of the lossless check (default: the usable cores, at most 16).",
+            ),
+        ] = None,
+        max_seconds: Annotated[
+            float | None,
+            typer.Option(
+                "--max-seconds",
+                min=0.001,
+                help="Time budget of the numeric check: layers beyond the policy sample "
+                "(--layers all) start only while it allows; the sample always runs.",
+            ),
+        ] = None,
         # spread the lossless check (cli/dist_options.py, cli/spread.py)
         executor: dist.ExecutorOpt = dist.ExecutorOption.threads,
         ray_address: dist.RayAddressOpt = None,
@@ -142,7 +170,7 @@ def register(app: typer.Typer) -> None:
         options = VerifyOptions(
             lossless=lossless,
             numeric=numeric,
-            layers=layers,
+            layers=_layers(layers),
             tokens=tokens,
             seed=seed,
             device=device,
@@ -151,6 +179,8 @@ def register(app: typer.Typer) -> None:
             memory_budget=memory_budget,
             max_mismatches=max_mismatches,
             allow_skipped=allow_skipped,
+            workers=workers,
+            max_seconds=max_seconds,
         )
         bar = (
             RichProgress(label="verify lossless", transient=True)
@@ -168,7 +198,24 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(spread_report.exit_code)
             return
         with paused_gc():  # two catalogs, a plan and their findings: collected once, afterwards
-            report = verify_checkpoint(dst, source, options, progress=bar)
+            report = verify_checkpoint(dst, source, options, progress=bar,
+                                       layer_progress=_layer_bar(progress))  # fmt: skip
         emit(report, fmt, human=render_human)  # type: ignore[arg-type]
         if report.exit_code:
             raise typer.Exit(report.exit_code)
+
+
+def _layers(text: str | None) -> list[int] | Literal["all", "sample"] | None:
+    """``--layers``: ``all`` / ``sample`` as given, else layer numbers (``3,4``, ``3-5,7``)."""
+    if text is not None and text.strip() in ("all", "sample"):
+        return text.strip()  # type: ignore[return-value]
+    return parse_layers(text)
+
+
+def _layer_bar(enabled: bool):  # type: ignore[no-untyped-def]
+    """Per-layer numeric progress on a terminal (None otherwise)."""
+    if not (enabled and sys.stderr.isatty()):
+        return None
+    from checkpoint_tool.verify.progress import RichLayerProgress
+
+    return RichLayerProgress()

@@ -10,11 +10,18 @@ on its last dim). ``segments(tensor, ...)`` splits an output tensor into contigu
 of bounded size, each with a function that builds its expected bytes, and a twin that builds
 *labels* (which piece, source or padding, every element comes from) for mismatch reports.
 
+Where the expected bytes are plain byte ranges of source tensors and fills (a renamed tensor,
+experts stacked or concatenated on dim 0, padding rows), the segment also lists them as
+``runs``, so a checker can compare file ranges directly, a cache-sized chunk at a time, without
+building the array.
+
 Example (an MXFP4 scale padded from 4 to 8 rows, fill 7f)::
 
     for seg in segments(out_tensor, read_source, budget=1 << 20):
         seg.start, seg.stop      # byte range inside the output tensor: (0, 32)
         seg.expected()           # uint8 [8, 4, 1]: rows 0-3 from the source, rows 4-7 = 0x7f
+        seg.runs                 # (Run(16, source='...weight_scale', offset=0),
+                                 #  Run(16, fill=b'\x7f'))
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -76,6 +84,16 @@ class PieceGeometry:
     def row_bytes(self) -> int:
         """Bytes of one source row read for one output row (whole source rows are read)."""
         return math.prod(self.src_shape[1:]) * self.itemsize
+
+    @property
+    def contiguous(self) -> bool:
+        """Output rows are whole source rows then dim-0 padding: byte ranges (``piece_runs``)."""
+        if not self.src_shape:
+            return False
+        inner_whole = all(
+            (a, b) == (0, n) for (a, b), n in zip(self.box[1:], self.src_shape[1:], strict=True)
+        )
+        return inner_whole and all(dim == 0 for dim, _, _ in self.pads)
 
     def describe_pad(self, k: int) -> str:
         dim, amount, fill = self.pads[k]
@@ -160,6 +178,32 @@ def piece_rows(
     return block
 
 
+@dataclass(frozen=True)
+class Run:
+    """``length`` expected bytes: source tensor ``source``'s bytes from ``offset`` (inside the
+    tensor), or, when ``source`` is None, ``fill`` repeated."""
+
+    length: int
+    source: str | None = None
+    offset: int = 0
+    fill: bytes = b""
+
+
+def piece_runs(g: PieceGeometry, r0: int, r1: int) -> list[Run]:
+    """Rows ``[r0, r1)`` of a ``contiguous`` piece as byte runs (source rows, then pad rows)."""
+    row = g.row_bytes()
+    b0, n_src = g.box[0][0], g.box[0][1] - g.box[0][0]
+    lo, hi = min(max(r0, 0), n_src), min(r1, n_src)
+    out = [Run((hi - lo) * row, g.piece.source, (b0 + lo) * row)] if hi > lo else []
+    rows = n_src
+    for _, amount, fill in g.pads:  # all on dim 0 (``contiguous``)
+        add = max(0, min(r1, rows + amount) - max(r0, rows))
+        rows += amount
+        if add:
+            out.append(Run(add * row, fill=fill))
+    return out
+
+
 def _empty(g: PieceGeometry, n: int) -> np.ndarray:
     return np.empty((n, *g.src_shape[1:], g.itemsize), dtype=np.uint8)
 
@@ -178,6 +222,8 @@ class Segment:
     stop: int
     shape: tuple[int, ...]  # storage shape of the segment's elements (without itemsize)
     build: Callable[[bool], np.ndarray]
+    #: the expected bytes as source byte ranges and fills, when they are that simple
+    runs: tuple[Run, ...] | None = None
 
     def expected(self) -> np.ndarray:
         return self.build(False)
@@ -281,11 +327,14 @@ class TensorLayout:
                 if not g.shape:
                     yield Segment(base, base + self.itemsize, (), lambda lab, b=build: b(0, 1, lab))
                 else:
-                    yield from self._row_segments(g.shape, base, budget, g.row_bytes(), build)
+                    runs = partial(piece_runs, g) if g.contiguous else None
+                    yield from self._row_segments(g.shape, base, budget, g.row_bytes(), build, runs)
                 base += math.prod(g.shape) * self.itemsize
             return
         src_row = max(g.row_bytes() for g in self.pieces)
-        yield from self._row_segments(self.shape, 0, budget, src_row, self._rows_builder(read))
+        yield from self._row_segments(
+            self.shape, 0, budget, src_row, self._rows_builder(read), self._rows_runs()
+        )
 
     def _fill_segments(self, fill: bytes, budget: int) -> Iterator[Segment]:
         count = math.prod(self.shape)
@@ -298,7 +347,9 @@ class TensorLayout:
                     return np.zeros((n, 1), dtype=LABEL_DTYPE)
                 return np.broadcast_to(np.frombuffer(fill, dtype=np.uint8), (n, self.itemsize))
 
-            yield Segment(e0 * self.itemsize, (e0 + n) * self.itemsize, (n,), build)
+            nbytes = n * self.itemsize
+            yield Segment(e0 * self.itemsize, e0 * self.itemsize + nbytes, (n,), build,
+                          (Run(nbytes, fill=fill),))  # fmt: skip
 
     def _row_segments(
         self,
@@ -307,6 +358,7 @@ class TensorLayout:
         budget: int,
         src_row_bytes: int,
         builder: Callable[[int, int, bool], np.ndarray],
+        runs: Callable[[int, int], list[Run]] | None = None,
     ) -> Iterator[Segment]:
         row = math.prod(shape[1:]) * self.itemsize
         step = max(1, budget // max(1, row, src_row_bytes))
@@ -317,11 +369,32 @@ class TensorLayout:
                 base + r1 * row,
                 (r1 - r0, *shape[1:]),
                 lambda lab, r0=r0, r1=r1: builder(r0, r1, lab),
+                None if runs is None else tuple(runs(r0, r1)),
             )
 
     @staticmethod
     def _piece_builder(g: PieceGeometry, read: RowReader) -> Callable[[int, int, bool], np.ndarray]:
         return lambda r0, r1, lab: piece_rows(g, r0, r1, read, labels=lab)
+
+    def _rows_runs(self) -> Callable[[int, int], list[Run]] | None:
+        """Byte runs of rows ``[r0, r1)`` of a concat on dim 0 of contiguous pieces (else None)."""
+        t, pieces = self.tensor, self.pieces
+        if t.combine != "concat" or t.axis % len(self.shape) or len(pieces) < 2:
+            return None
+        if not all(g.contiguous for g in pieces):
+            return None
+
+        def runs(r0: int, r1: int) -> list[Run]:
+            out, offset = [], 0
+            for g in pieces:  # each piece owns a run of rows, as in ``_rows_builder``
+                n = g.shape[0]
+                lo, hi = max(r0, offset), min(r1, offset + n)
+                if hi > lo:
+                    out += piece_runs(g, lo - offset, hi - offset)
+                offset += n
+            return out
+
+        return runs
 
     def _rows_builder(self, read: RowReader) -> Callable[[int, int, bool], np.ndarray]:
         t = self.tensor

@@ -8,7 +8,16 @@ padding (zero weights, neutral scales) and constants the plan describes
 are ``config.json`` (must equal the planned config), the index ``weight_map`` (hf layout) and
 copied side files (same sha256 as in the source).
 
-Memory: one segment of expected bytes, its source rows and the same range of DST at a time.
+Speed: segments are compared by ``workers`` threads at once, across tensors and files, in
+batches of about ``TASK_BYTES``; results are gathered in plan order, so the report is the same
+for any number of workers. A segment whose expected bytes are plain source ranges and fills
+(``Segment.runs``: renamed, stacked, concatenated, padded on dim 0) is compared file range
+against file range, ``verify.chunks.CHUNK`` bytes at a time (reads release the GIL, the compare
+is a memcmp in cache); any other segment, and any segment found to differ (to say where), is
+built as an array by ``verify.expected`` and compared element by element.
+
+Memory: per worker, two chunks, or one segment of expected bytes (``budget / workers``, one
+row at least), its source rows and the same range of DST.
 
 Example::
 
@@ -25,7 +34,12 @@ import hashlib
 import json
 import math
 import os
+import threading
 import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -35,47 +49,48 @@ from checkpoint_tool.catalog.safetensors_format import FileHeader, read_header
 from checkpoint_tool.errors import CkptError, InputError
 from checkpoint_tool.execute.progress import NullProgress, Progress
 from checkpoint_tool.plan.model import OutputFile, OutputTensor, Plan
+from checkpoint_tool.verify.chunks import Files, same_runs
 from checkpoint_tool.verify.expected import Segment, TensorLayout, storage_geometry
 from checkpoint_tool.verify.report import LosslessReport, MismatchKind, TensorMismatch
 
 DEFAULT_BUDGET = 32 << 20
 DEFAULT_MAX_LISTED = 50
+#: bytes of segments handed to a worker at once (fewer, larger tasks: less pool overhead)
+TASK_BYTES = 64 << 20
+#: the array path's segments are never cut below this (one row at least anyway)
+MIN_SEGMENT = 1 << 20
 
 
-class _Files:
-    """Open file descriptors by path, closed together."""
+def default_workers() -> int:
+    """Threads of the lossless check: the usable cores, at most 16 (the disk is the bound)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(16, cores))
 
-    def __init__(self) -> None:
-        self._fds: dict[Path, int] = {}
 
-    def read(self, path: Path, begin: int, end: int) -> bytes:
-        fd = self._fds.get(path)
-        if fd is None:
-            try:
-                fd = self._fds[path] = os.open(path, os.O_RDONLY)
-            except OSError as exc:
-                raise InputError(f"{path}: cannot open ({exc.strerror})") from exc
-        out = bytearray(end - begin)
-        view, got = memoryview(out), 0
-        while got < len(out):
-            try:
-                n = os.preadv(fd, [view[got:]], begin + got)
-            except OSError as exc:
-                raise InputError(
-                    f"{path}: read error at byte {begin + got} ({exc.strerror})"
-                ) from exc
-            if n == 0:
-                raise InputError(
-                    f"{path}: file ends at byte {begin + got}, expected data up to {end}; "
-                    "the file is truncated"
-                )
-            got += n
-        return bytes(out)
+@dataclass(eq=False)
+class _Tensor:
+    """One planned tensor under check: where it is in DST and what its segments found."""
 
-    def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+    t: OutputTensor
+    fname: str
+    layout: TensorLayout
+    path: Path
+    begin: int
+    differ: int = 0
+    first: tuple[Segment, int] | None = None
+    unreadable: str | None = None
+
+
+@dataclass
+class _Batch:
+    """Entries in plan order: ``(tensor, segment)`` to compare, or a ready mismatch / a file
+    done (``(None, mismatch)``, ``(None, (name, nbytes))``)."""
+
+    entries: list[tuple[_Tensor | None, object]] = field(default_factory=list)
+    nbytes: int = 0
 
 
 class _OutputUnreadable(Exception):
@@ -97,11 +112,15 @@ class LosslessChecker:
         budget: int,
         max_listed: int,
         progress: Progress,
+        workers: int | None = None,
     ) -> None:
         self.plan, self.catalog, self.dst = plan, catalog, Path(dst)
         self.budget, self.max_listed, self.progress = budget, max_listed, progress
-        self.files = _Files()
+        self.workers = max(1, workers or default_workers())
+        self.segment_budget = max(MIN_SEGMENT, budget // self.workers)
+        self.files = Files()
         self.report = LosslessReport(status="passed")
+        self._requant_lock = threading.Lock()
 
     # -- reporting --------------------------------------------------------------------------
     def mismatch(self, m: TensorMismatch) -> None:
@@ -131,7 +150,8 @@ class LosslessChecker:
 
     def read_source_rows(self, name: str, r0: int, r1: int) -> np.ndarray:
         if name.endswith("@mxfp4"):
-            return self._requant().rows(name, r0, r1)
+            with self._requant_lock:  # one requantizer, its cache shared by the workers
+                return self._requant().rows(name, r0, r1)
         entry = self.catalog.tensors[name]
         shape, itemsize = storage_geometry(entry.dtype, entry.shape)
         if not entry.shape:
@@ -151,7 +171,58 @@ class LosslessChecker:
         except InputError as exc:
             raise _OutputUnreadable(exc.message) from exc
 
+    def source_range(self, name: str) -> tuple[Path, int] | None:
+        """(file, offset of the tensor's first byte) of a local source tensor, else None."""
+        if name.endswith("@mxfp4") or self.catalog.store is not None:
+            return None
+        entry = self.catalog.tensors[name]
+        return self.catalog.path_of(entry), entry.begin
+
+    # -- the pipeline -----------------------------------------------------------------------
     def check_file(self, ofile: OutputFile) -> None:
+        """Check one output file (``check_files`` of it)."""
+        self.check_files([ofile])
+
+    def check_files(self, files: Sequence[OutputFile]) -> None:
+        """Check ``files``: ``workers`` threads compare their segments, results in plan order;
+        ``progress`` sees the bytes and each file done."""
+        if self.workers == 1:  # no threads: no hand-offs
+            for batch in self._batches(files):
+                done: Future[list[object]] = Future()
+                done.set_result(self._run_batch(batch))
+                self._gather(batch, done)
+            return
+        window = 2 * self.workers
+        pending: deque[tuple[_Batch, Future[list[object]]]] = deque()
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="ckpt-verify") as pool:
+            try:
+                for batch in self._batches(files):
+                    pending.append((batch, pool.submit(self._run_batch, batch)))
+                    while len(pending) > window:
+                        self._gather(*pending.popleft())
+                while pending:
+                    self._gather(*pending.popleft())
+            finally:
+                for _, f in pending:
+                    f.cancel()
+
+    def _batches(self, files: Sequence[OutputFile]) -> Iterator[_Batch]:
+        batch = _Batch()
+        for ofile in files:
+            for tensor, item in self._file_entries(ofile):
+                batch.entries.append((tensor, item))
+                if isinstance(item, Segment):
+                    batch.nbytes += item.stop - item.start
+                if batch.nbytes >= TASK_BYTES or len(batch.entries) >= 4096:
+                    yield batch
+                    batch = _Batch()
+            batch.entries.append((None, (ofile.name, sum(stored_nbytes(t) for t in ofile.tensors))))
+        if batch.entries:
+            yield batch
+
+    def _file_entries(self, ofile: OutputFile) -> Iterator[tuple[_Tensor | None, object]]:
+        """The file's header findings and its tensors' segments, in plan order; a tensor's
+        last entry is ``(tensor, None)``."""
         path = self.dst / ofile.name
         header: FileHeader | None = None
         kind: MismatchKind = "missing"
@@ -163,69 +234,115 @@ class LosslessChecker:
                 kind, why = "unreadable", f"cannot be read ({exc.message})"
         if header is None:
             for t in ofile.tensors:
-                self.mismatch(
-                    TensorMismatch(
-                        tensor=t.name,
-                        file=ofile.name,
-                        kind=kind,
-                        message=f"output file {ofile.name} {why}",
-                    )
-                )
+                yield None, TensorMismatch(
+                    tensor=t.name, file=ofile.name, kind=kind,
+                    message=f"output file {ofile.name} {why}",
+                )  # fmt: skip
             return
         self.report.files_checked += 1
         planned = {t.name for t in ofile.tensors}
         for name in sorted(set(header.tensors) - planned):
-            self.mismatch(
-                TensorMismatch(
-                    tensor=name,
-                    file=ofile.name,
-                    kind="unexpected",
-                    message="in the output file but not in the plan",
-                )
-            )
+            yield None, TensorMismatch(
+                tensor=name, file=ofile.name, kind="unexpected",
+                message="in the output file but not in the plan",
+            )  # fmt: skip
         for t in ofile.tensors:
-            self.check_tensor(t, ofile.name, path, header)
+            yield from self._tensor_entries(t, ofile.name, path, header)
 
-    def check_tensor(self, t: OutputTensor, fname: str, path: Path, header: FileHeader) -> None:
+    def _tensor_entries(
+        self, t: OutputTensor, fname: str, path: Path, header: FileHeader
+    ) -> Iterator[tuple[_Tensor | None, object]]:
         layout = TensorLayout(t, self.lookup)
         th = header.tensors.get(t.name)
         if th is None:
-            self.mismatch(
+            yield (
+                None,
                 TensorMismatch(
                     tensor=t.name, file=fname, kind="missing", message="planned, not in the file"
-                )
+                ),
             )
             return
         if th.dtype != t.dtype or list(th.shape) != list(t.shape):
-            self.mismatch(
-                TensorMismatch(
-                    tensor=t.name,
-                    file=fname,
-                    kind="header_differs",
-                    message=f"{th.dtype} {list(th.shape)} in the file, the plan says "
-                    f"{t.dtype} {list(t.shape)}",
-                )
-            )
+            yield None, TensorMismatch(
+                tensor=t.name, file=fname, kind="header_differs",
+                message=f"{th.dtype} {list(th.shape)} in the file, the plan says "
+                f"{t.dtype} {list(t.shape)}",
+            )  # fmt: skip
             return
         self.report.tensors_checked += 1
         self.report.tensors_padded += int(layout.padded)
-        differ, first = 0, None
-        try:
-            for seg in layout.segments(self.read_source_rows, self.budget):
-                n, where = self.compare(seg, layout, path, th.begin)
-                if n and first is None:
-                    first = (seg, where)
-                differ += n
-                self.report.bytes_compared += seg.stop - seg.start
-                self.progress.advance(seg.stop - seg.start)
-        except _OutputUnreadable as exc:
+        state = _Tensor(t, fname, layout, path, th.begin)
+        for seg in layout.segments(self.read_source_rows, self.segment_budget):
+            yield state, seg
+        yield state, None
+
+    def _run_batch(self, batch: _Batch) -> list[object]:
+        """In a worker: each segment's ``(elements that differ, first index)``, or the
+        message of an unreadable DST; other entries pass through."""
+        out: list[object] = []
+        for state, item in batch.entries:
+            if state is None or item is None or state.unreadable:
+                out.append(None)
+                continue
+            assert isinstance(item, Segment)
+            try:
+                out.append(self.compare_segment(item, state))
+            except _OutputUnreadable as exc:
+                out.append(str(exc))
+        return out
+
+    def compare_segment(self, seg: Segment, state: _Tensor) -> tuple[int, int]:
+        """Runs first (file ranges, chunk by chunk); the array compare when they differ."""
+        if seg.runs is not None:
+            try:
+                same = same_runs(
+                    self.files, seg.runs, self.source_range, state.path,
+                    state.begin + seg.start,
+                )  # fmt: skip
+            except InputError as exc:
+                if exc.message.startswith(str(state.path)):
+                    raise _OutputUnreadable(exc.message) from exc
+                raise
+            if same is not None:
+                if same:
+                    return 0, -1
+        return self.compare(seg, state.layout, state.path, state.begin)
+
+    def _gather(self, batch: _Batch, future: Future[list[object]]) -> None:
+        """Fold one batch's results into the report, in plan order."""
+        results = future.result()
+        for (state, item), res in zip(batch.entries, results, strict=True):
+            if state is None:
+                if isinstance(item, TensorMismatch):
+                    self.mismatch(item)
+                else:
+                    done: tuple[str, int] = item  # type: ignore[assignment]
+                    self.progress.file_done(*done)
+            elif item is None:
+                self._finish(state)
+            elif isinstance(res, str):
+                state.unreadable = state.unreadable or res
+            elif res is not None and state.unreadable is None:
+                assert isinstance(item, Segment) and isinstance(res, tuple)
+                n, where = res
+                if n and state.first is None:
+                    state.first = (item, where)
+                state.differ += n
+                self.report.bytes_compared += item.stop - item.start
+                self.progress.advance(item.stop - item.start)
+
+    def _finish(self, s: _Tensor) -> None:
+        if s.unreadable:
             self.mismatch(
-                TensorMismatch(tensor=t.name, file=fname, kind="unreadable", message=str(exc))
+                TensorMismatch(
+                    tensor=s.t.name, file=s.fname, kind="unreadable", message=s.unreadable
+                )
             )
-            return
-        if differ:
-            assert first is not None
-            self.mismatch(self.describe(t, fname, layout, path, th.begin, differ, *first))
+        elif s.differ:
+            assert s.first is not None
+            self.mismatch(
+                self.describe(s.t, s.fname, s.layout, s.path, s.begin, s.differ, *s.first)
+            )
 
     def compare(
         self, seg: Segment, layout: TensorLayout, path: Path, begin: int
@@ -347,20 +464,20 @@ def check_lossless(
     budget: int = DEFAULT_BUDGET,
     max_listed: int = DEFAULT_MAX_LISTED,
     progress: Progress | None = None,
+    workers: int | None = None,
 ) -> LosslessReport:
     """Compare every tensor of ``plan`` in ``dst`` with the source bytes it is made of.
 
-    ``progress`` (``execute.progress``) sees the output bytes compared and each file done.
+    ``progress`` (``execute.progress``) sees the output bytes compared and each file done;
+    ``workers`` threads compare (None: ``default_workers()``).
     """
     t0 = time.monotonic()
     prog = progress or NullProgress()
-    checker = LosslessChecker(plan, catalog, dst, budget, max_listed, prog)
+    checker = LosslessChecker(plan, catalog, dst, budget, max_listed, prog, workers)
     total = sum(stored_nbytes(t) for f in plan.files for t in f.tensors)
     prog.start(total, len(plan.files))
     try:
-        for ofile in plan.files:
-            checker.check_file(ofile)
-            prog.file_done(ofile.name, sum(stored_nbytes(t) for t in ofile.tensors))
+        checker.check_files(plan.files)
         checker.check_others()
     finally:
         checker.close()

@@ -16,6 +16,11 @@ Per sampled MoE layer (``verify.sampling``):
 6. max abs error, max relative error, relative L2 error against the format's tolerance
    (``verify.tolerance``).
 
+Layers are chosen by ``verify.sampling.select_layers`` (``--layers all|sample|N``); each is
+read one layer ahead, in a thread, of the previous one's compute (``verify.layer_check``),
+and on a GPU the reference is decoded and computed there. ``--max-seconds`` bounds the layers
+beyond the policy sample.
+
 The converted experts must also split evenly over the TP ranks (``I % (tp x alignment) == 0``)
 as vLLM slices them; a layer that needs padding at run time fails.
 
@@ -32,40 +37,56 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
-from typing import Literal
+from functools import partial
+from typing import Literal, Protocol
 
 import torch
 
-from checkpoint_tool.errors import CkptError, UsageError
-from checkpoint_tool.layers.inputs import hidden_states, input_ids, remap_experts, route_tokens
-from checkpoint_tool.layers.loader import CheckpointView, LoadedLayer
-from checkpoint_tool.runtime.moe import prepare_moe, run_prepared
-from checkpoint_tool.runtime.reference import moe_reference
-from checkpoint_tool.runtime.routing import RoutingConfig
-from checkpoint_tool.runtime.shard import rank_intermediate
-from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights
+from checkpoint_tool.errors import UsageError
+from checkpoint_tool.layers.loader import CheckpointView
 from checkpoint_tool.verify.engram import check_engram
+from checkpoint_tool.verify.layer_check import (
+    Backend,
+    Loaded,
+    bf16_activations,
+    compute_layer,
+    load_layer,
+)
 from checkpoint_tool.verify.report import EngramResult, LayerResult, NumericReport
-from checkpoint_tool.verify.sampling import ConvertedView, LayerPolicy, sample_layers
-from checkpoint_tool.verify.tolerance import tolerance_for
+from checkpoint_tool.verify.sampling import (
+    ConvertedView,
+    LayerPolicy,
+    LayerSelection,
+    select_layers,
+    selection_label,
+)
 
 Device = Literal["auto", "cpu", "cuda"]
-Backend = Literal["triton", "torch"]
+
 DEFAULT_TOKENS = 16
-#: the sampling policy's fields a ``LayerResult`` repeats
-_POLICY_FIELDS = ("layer", "fused", "padded", "is_mtp", "routed_scheme", "shared_scheme")
+
+
+class LayerProgress(Protocol):
+    """Sees a numeric run layer by layer (``verify.progress``)."""
+
+    def start(self, total: int) -> None: ...
+    def layer_done(self, result: LayerResult) -> None: ...
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)
 class NumericOptions:
-    layers: Sequence[int] | None = None
+    layers: LayerSelection = None
     tokens: int = DEFAULT_TOKENS
     seed: int = 0
     device: Device = "auto"
     backend: Backend = "triton"
     #: a layer that cannot run is reported, not failed (``--allow-skipped``)
     allow_skipped: bool = False
+    #: time budget of ``--layers all``: layers past the policy sample start while it allows
+    max_seconds: float | None = None
 
     @classmethod
     def of(cls, options: object) -> NumericOptions:
@@ -104,29 +125,44 @@ def prepare_backend(backend: Backend, device: str) -> None:
 
 
 def check_numeric(
-    src: CheckpointView, dst: ConvertedView, options: NumericOptions, *, tp: int = 1
+    src: CheckpointView,
+    dst: ConvertedView,
+    options: NumericOptions,
+    *,
+    tp: int = 1,
+    progress: LayerProgress | None = None,
 ) -> NumericReport:
-    """Run every sampled layer (see the module docstring)."""
+    """Run the selected layers (see the module docstring); ``progress`` sees each one."""
     t0 = time.monotonic()
     if options.tokens < 1:
         raise UsageError(f"--tokens {options.tokens}: give 1 or more")
     if tp < 1:
         raise UsageError(f"--tp {tp}: give 1 or more")
+    if options.max_seconds is not None and options.max_seconds <= 0:
+        raise UsageError(f"--max-seconds {options.max_seconds}: give a positive number")
     device = resolve_device(options.device)
     prepare_backend(options.backend, device)
-    policies = sample_layers(src, dst, options.layers)
-    results = [_check_layer(src, dst, p, options, device, tp) for p in policies]
+    required, extra = select_layers(src, dst, options.layers)
+    results, not_run = _run_layers(src, dst, required, extra, options, device, tp, progress, t0)
     engram = (
         check_engram(src, dst, rows=options.tokens, seed=options.seed)
         if isinstance(dst, CheckpointView)
         else []
     )
     status, reason = numeric_status([*results, *engram], options.allow_skipped)
+    if not_run and reason is None:
+        reason = (
+            f"--max-seconds {options.max_seconds:g}: {len(not_run)} of "
+            f"{len(required) + len(extra)} selected layer(s) not run (every sampled policy ran)"
+        )
     return NumericReport(
         status=status,
         reason=reason,
         ran_layers=[r.layer for r in results if r.status != "skipped"],
         skipped_layers=[r.layer for r in results if r.status == "skipped"],
+        not_run_layers=not_run,
+        selection=selection_label(options.layers),
+        max_seconds=options.max_seconds,
         allow_skipped=options.allow_skipped,
         backend=options.backend,
         device=device,
@@ -137,6 +173,56 @@ def check_numeric(
         engram=engram,
         seconds=round(time.monotonic() - t0, 3),
     )
+
+
+def _run_layers(
+    src: CheckpointView,
+    dst: ConvertedView,
+    required: list[LayerPolicy],
+    extra: list[LayerPolicy],
+    options: NumericOptions,
+    device: str,
+    tp: int,
+    progress: LayerProgress | None,
+    t0: float,
+) -> tuple[list[LayerResult], list[int]]:
+    """Each layer's reads run one layer ahead (a thread) of its compute; extra layers start
+    while the time budget, judged by the slowest layer so far, allows one more."""
+    bf16 = bf16_activations(options.backend, device)
+    todo = [*required, *extra]
+    results: list[LayerResult] = []
+    if progress is not None:
+        progress.start(len(todo))
+    with ThreadPoolExecutor(1, thread_name_prefix="ckpt-read-ahead") as reader:
+        load = partial(load_layer, src, dst, options=options, bf16=bf16, tp=tp)
+        ahead: Future[Loaded] | None = reader.submit(load, todo[0]) if todo else None
+        for i, _policy in enumerate(todo):
+            assert ahead is not None
+            loaded = ahead.result()
+            nxt = i + 1
+            ahead = None
+            if nxt < len(todo) and _allowed(nxt, len(required), results, options, t0):
+                ahead = reader.submit(load, todo[nxt])
+            results.append(compute_layer(loaded, options, device, tp, dst))
+            if progress is not None:
+                progress.layer_done(results[-1])
+            if ahead is None:
+                break
+    if progress is not None:
+        progress.close()
+    not_run = sorted(p.layer for p in todo[len(results) :])
+    results.sort(key=lambda r: r.layer)
+    return results, not_run
+
+
+def _allowed(
+    index: int, n_required: int, done: list[LayerResult], options: NumericOptions, t0: float
+) -> bool:
+    """Whether layer ``index`` of the selection starts: required ones always do."""
+    if index < n_required or options.max_seconds is None:
+        return True
+    slowest = max((r.seconds for r in done), default=0.0)
+    return time.monotonic() - t0 + 2 * slowest <= options.max_seconds
 
 
 def numeric_status(
@@ -156,156 +242,3 @@ def numeric_status(
         return "skipped", "no sampled layer could run (see layers; allowed by --allow-skipped)"
     note = f"layer(s) {','.join(map(str, skipped))} skipped (--allow-skipped)" if skipped else None
     return "passed", note
-
-
-def bf16_activations(backend: Backend, device: str) -> bool:
-    """The Triton kernels take bf16 activations on a GPU (as vLLM); everything else float32."""
-    return backend == "triton" and device != "cpu"
-
-
-def _check_layer(
-    src: CheckpointView,
-    dst: ConvertedView,
-    policy: LayerPolicy,
-    options: NumericOptions,
-    device: str,
-    tp: int,
-) -> LayerResult:
-    t0 = time.monotonic()
-    result = LayerResult(
-        status="skipped",
-        policy=policy.label,
-        tokens=options.tokens,
-        **{k: getattr(policy, k) for k in _POLICY_FIELDS},
-    )
-    layer = policy.layer
-    x = hidden_states(options.tokens, src.facts.hidden_size, options.seed, layer)
-    bf16 = bf16_activations(options.backend, device)
-    x = x.to(torch.bfloat16 if bf16 else torch.float32).float()  # the reference sees these
-    try:  # the source side: a problem here means the layer cannot be checked
-        src_routing, src_router = src.routing(), src.router(layer)
-        tokens = input_ids(options.tokens, src_router, options.seed, layer)
-        ids_s, w_s = route_tokens(x, src_router, src_routing, tokens)
-    except CkptError as exc:
-        result.message = f"source: {exc.message}"
-        return _done(result, t0)
-    try:
-        dst_routing, dst_router = dst.routing(), dst.router(layer)
-        if (dst_router.hash_table is None) != (src_router.hash_table is None):
-            side = "converted" if src_router.hash_table is not None else "source"
-            return _failed(result, f"converted: the {side} layer has no hash table (tid2eid)", t0)
-        ids_d, w_d = route_tokens(x, dst_router, dst_routing, tokens)
-    except CkptError as exc:
-        return _failed(result, f"converted: {exc.message}", t0)
-    result.routing_mismatches = int(
-        (ids_s.sort(dim=1).values != ids_d.sort(dim=1).values).any(dim=1).sum()
-    )
-    used = sorted(set(ids_s.flatten().tolist()) | set(ids_d.flatten().tolist()))
-    result.experts_used = len(used)
-    try:
-        src_layer = src.layer(layer, experts=used, router=src_router)
-        from checkpoint_tool.verify.requant import requantized_reference
-
-        src_layer = requantized_reference(src_layer, layer, dst.ckpt_metadata())
-        ref = _reference(x, src_layer, src_routing, ids_s, w_s)
-    except CkptError as exc:
-        result.message = f"source: {exc.message}"
-        return _done(result, t0)
-    try:
-        ranks, slot_of = dst.rank_layers(layer, experts=used, router=dst_router)
-        problems = [] if dst.presliced else _tp_problems(ranks[0], tp)
-        topk = (remap_experts(ids_d, slot_of), w_d)
-        got = _runtime(x, ranks, dst.presliced, dst_routing, topk, options.backend, device, tp)
-    except CkptError as exc:
-        return _failed(result, f"converted: {exc.message}", t0)
-    tol = tolerance_for(_schemes(ranks[0]), bf16_activations=bf16)
-    diff = (got.double() - ref.double()).abs()
-    ref_norm = float(ref.double().norm())
-    ref_max = float(ref.double().abs().max())
-    result.max_abs_error = float(diff.max()) if torch.isfinite(diff).all() else float("inf")
-    result.rel_error = float(diff.norm()) / ref_norm if ref_norm else float(diff.norm())
-    result.max_rel_error = result.max_abs_error / ref_max if ref_max else result.max_abs_error
-    result.rel_tolerance, result.max_rel_tolerance = tol.rel, tol.max_rel
-    result.tolerance_basis = tol.basis
-    result.reference_norm = ref_norm
-    within = result.rel_error <= tol.rel and result.max_rel_error <= tol.max_rel
-    notes = list(problems)
-    if result.routing_mismatches:
-        notes.append(
-            f"{result.routing_mismatches} token(s) route to other experts with the converted router"
-        )
-    if not within:
-        notes.insert(0, f"error above tolerance ({tol.basis})")
-    result.message = "; ".join(notes) or None
-    result.status = "passed" if within and not problems else "failed"
-    return _done(result, t0)
-
-
-def _reference(
-    x: torch.Tensor,
-    loaded: LoadedLayer,
-    routing: RoutingConfig,
-    ids: torch.Tensor,
-    weights: torch.Tensor,
-) -> torch.Tensor:
-    topk = (remap_experts(ids, loaded.slot_of), weights)
-    return moe_reference(x, loaded.weights, routing, topk=topk)
-
-
-def _runtime(
-    x: torch.Tensor,
-    ranks: list[MoeLayerWeights],
-    presliced: bool,
-    routing,  # RoutingConfig
-    topk: tuple[torch.Tensor, torch.Tensor],
-    backend: Backend,
-    device: str,
-    tp: int,
-) -> torch.Tensor:
-    """Whole layer: ``run_moe`` slices ``tp`` ranks; presliced: each rank's layer as stored."""
-    if device != "cpu":
-        ranks = [r.to(device) for r in ranks]
-    dtype = torch.bfloat16 if bf16_activations(backend, device) else torch.float32
-    act = x.to(device, dtype)
-    topk = (topk[0].to(device), topk[1].to(device))
-    if presliced:
-        prepared = prepare_moe(ranks, backend=backend)
-    else:
-        prepared = prepare_moe(ranks[0], tp=tp, backend=backend)
-    out = run_prepared(act, prepared, routing, backend=backend, topk=topk)
-    return out.float().cpu()
-
-
-def _tp_problems(layer: MoeLayerWeights, tp: int) -> list[str]:
-    """Experts whose intermediate dim vLLM could not split into aligned ``tp`` shares."""
-    out = []
-    seen: set[tuple[str, int]] = set()
-    experts: list[tuple[str, ExpertWeights]] = [
-        *(("routed/fused", ex) for ex in layer.experts),
-        *(("shared", ex) for ex in layer.shared),
-    ]
-    for kind, ex in experts:
-        per_rank = rank_intermediate(ex, tp)
-        if per_rank * tp != ex.intermediate and (kind, ex.intermediate) not in seen:
-            seen.add((kind, ex.intermediate))
-            out.append(
-                f"{kind} expert {ex.gate.label}: intermediate {ex.intermediate} does not split "
-                f"into {tp} aligned share(s) (needs {per_rank * tp}); vLLM would cut scale "
-                "groups apart"
-            )
-    return out
-
-
-def _schemes(layer: MoeLayerWeights) -> list:
-    return [p.scheme for ex in (*layer.experts, *layer.shared) for p in ex.projections()]
-
-
-def _failed(result: LayerResult, message: str, t0: float) -> LayerResult:
-    result.status = "failed"
-    result.message = message
-    return _done(result, t0)
-
-
-def _done(result: LayerResult, t0: float) -> LayerResult:
-    result.seconds = round(time.monotonic() - t0, 3)
-    return result

@@ -56,6 +56,8 @@ def numeric_line(r: NumericReport) -> str:
     if r.skipped_layers:
         ran = ",".join(map(str, r.ran_layers)) or "none"
         line += f"; ran {ran}, did not run {','.join(map(str, r.skipped_layers))}"
+    if r.not_run_layers:
+        line += f"; {len(r.not_run_layers)} layer(s) not started within --max-seconds"
     return line
 
 
@@ -89,6 +91,7 @@ def render_human(report: VerifyReport, console: Console) -> None:
         table.add_column("rel L2", justify="right")
         table.add_column("tolerance", justify="right")
         table.add_column("status")
+        table.add_column("s", justify="right")
         for lr in report.numeric.layers:
             tol = (
                 "-"
@@ -104,6 +107,7 @@ def render_human(report: VerifyReport, console: Console) -> None:
                 _num(lr.rel_error),
                 tol,
                 _status(lr.status),
+                f"{lr.seconds:.1f}",
             )
         console.print(table)
         for lr in report.numeric.layers:

@@ -103,7 +103,15 @@ class LayerResult(BaseModel):
     tolerance_basis: str = ""
     reference_norm: float | None = None
     message: str | None = None
+    #: wall time of the layer: ``read`` (both checkpoints, in the read-ahead thread) plus its
+    #: compute; the compute splits into ``decode`` (source weights to the device and through
+    #: the codecs), ``reference`` (float64 products) and ``runtime`` (converted weights to the
+    #: device and the MoE kernels)
     seconds: float = 0.0
+    read_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    reference_seconds: float = 0.0
+    runtime_seconds: float = 0.0
 
 
 class EngramResult(BaseModel):
@@ -128,6 +136,11 @@ class NumericReport(BaseModel):
     reason: str | None = None
     ran_layers: list[int] = Field(default_factory=list)
     skipped_layers: list[int] = Field(default_factory=list)
+    #: selected by ``--layers all`` but not started within ``--max-seconds``
+    not_run_layers: list[int] = Field(default_factory=list)
+    #: ``--layers``: "sample", "all" or the layer numbers given
+    selection: str = "sample"
+    max_seconds: float | None = None
     allow_skipped: bool = False
     backend: str = ""
     device: str = ""

@@ -27,7 +27,12 @@ from checkpoint_tool.execute.manifest import Manifest, read_manifest
 from checkpoint_tool.execute.progress import Progress
 from checkpoint_tool.layers.loader import CheckpointView
 from checkpoint_tool.verify.lossless import DEFAULT_BUDGET, DEFAULT_MAX_LISTED, check_lossless
-from checkpoint_tool.verify.numeric import DEFAULT_TOKENS, NumericOptions, check_numeric
+from checkpoint_tool.verify.numeric import (
+    DEFAULT_TOKENS,
+    LayerProgress,
+    NumericOptions,
+    check_numeric,
+)
 from checkpoint_tool.verify.replan import (
     check_source_identity,
     ckpt_meta,
@@ -51,7 +56,10 @@ NUMERIC_LAYOUTS = ("hf", "vllm-sharded")
 class VerifyOptions(BaseModel):
     lossless: bool = True
     numeric: bool = True
-    layers: list[int] | None = None
+    #: numeric layers: "sample" / None (one per policy), "all", or layer numbers
+    layers: list[int] | Literal["all", "sample"] | None = None
+    #: time budget of the numeric check beyond the policy sample (``--layers all``)
+    max_seconds: float | None = None
     tokens: int = DEFAULT_TOKENS
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
@@ -62,6 +70,8 @@ class VerifyOptions(BaseModel):
     max_mismatches: int = DEFAULT_MAX_LISTED
     #: numeric layers that cannot run (unsupported routing / format) do not fail the run
     allow_skipped: bool = False
+    #: threads of the lossless check (None: the usable cores, at most 16)
+    workers: int | None = None
 
 
 def verify_checkpoint(
@@ -70,8 +80,10 @@ def verify_checkpoint(
     options: VerifyOptions | None = None,
     *,
     progress: Progress | None = None,
+    layer_progress: LayerProgress | None = None,
 ) -> VerifyReport:
-    """Check converted checkpoint ``dst`` against ``source`` (see the module docstring)."""
+    """Check converted checkpoint ``dst`` against ``source`` (see the module docstring);
+    ``progress`` sees the lossless bytes, ``layer_progress`` the numeric layers."""
     t0 = time.monotonic()
     options = options or VerifyOptions()
     dst = Path(dst)
@@ -103,6 +115,7 @@ def verify_checkpoint(
             budget=options.memory_budget,
             max_listed=options.max_mismatches,
             progress=progress,
+            workers=options.workers,
         )
         lossless.plan_matches_manifest = same
         if requant is not None:  # requantized shared experts: their errors recomputed
@@ -133,7 +146,7 @@ def verify_checkpoint(
                 notes.append(f"warning: {exc.message}")
 
     if options.numeric:
-        numeric = _numeric(dst, src_catalog, manifest, options, layout)
+        numeric = _numeric(dst, src_catalog, manifest, options, layout, layer_progress)
         numeric.layout = layout
     else:
         numeric = NumericReport(status="skipped", reason=NO_NUMERIC, layout=layout)
@@ -149,7 +162,12 @@ def verify_checkpoint(
 
 
 def _numeric(
-    dst: Path, src_catalog: Catalog, manifest: Manifest | None, options: VerifyOptions, layout: str
+    dst: Path,
+    src_catalog: Catalog,
+    manifest: Manifest | None,
+    options: VerifyOptions,
+    layout: str,
+    progress: LayerProgress | None = None,
 ) -> NumericReport:
     src = CheckpointView(src_catalog, semantics="producer")
     out: ConvertedView
@@ -165,7 +183,7 @@ def _numeric(
     else:
         out = CheckpointView(open_catalog(dst, headers_only=False), semantics="vllm")
         tp = options.tp or _recorded_tp(manifest, out.ckpt_metadata())
-    return check_numeric(src, out, NumericOptions.of(options), tp=tp)
+    return check_numeric(src, out, NumericOptions.of(options), tp=tp, progress=progress)
 
 
 def _recorded_tp(manifest: Manifest | None, meta: dict[str, Any]) -> int:

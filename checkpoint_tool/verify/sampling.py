@@ -20,9 +20,10 @@ Example (quark-hybrid at --tp 2)::
 from __future__ import annotations
 
 import re
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Literal, Union
 
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.layers.loader import CheckpointView
@@ -32,6 +33,8 @@ if TYPE_CHECKING:
 
 #: the converted side: an hf-layout checkpoint or a vllm-sharded output
 ConvertedView = Union[CheckpointView, "ShardedView"]
+#: ``--layers``: ``sample`` (one per policy), ``all``, or layer numbers (None: ``sample``)
+LayerSelection = Sequence[int] | Literal["all", "sample"] | None
 
 
 @dataclass(frozen=True)
@@ -96,10 +99,12 @@ def layer_policy(src: CheckpointView, dst: ConvertedView, layer: int) -> LayerPo
     )
 
 
-def sample_layers(
-    src: CheckpointView, dst: ConvertedView, layers: Sequence[int] | None = None
-) -> list[LayerPolicy]:
-    """``layers`` when given (each must be a MoE layer of both), else one per policy."""
+def all_layers(src: CheckpointView, dst: ConvertedView) -> list[LayerPolicy]:
+    """Every MoE layer of both checkpoints, in layer order (``--layers all``)."""
+    return [layer_policy(src, dst, i) for i in _available(src, dst)]
+
+
+def _available(src: CheckpointView, dst: ConvertedView) -> list[int]:
     available = [  # a partial conversion (convert --layers) holds only some layers' tensors
         i
         for i in dst.facts.moe_layer_indices
@@ -110,6 +115,14 @@ def sample_layers(
             f"{dst.where}: no MoE layer in common with the source; nothing to check numerically "
             "(pass --no-numeric)"
         )
+    return available
+
+
+def sample_layers(
+    src: CheckpointView, dst: ConvertedView, layers: Sequence[int] | None = None
+) -> list[LayerPolicy]:
+    """``layers`` when given (each must be a MoE layer of both), else one per policy."""
+    available = _available(src, dst)
     if layers is not None:
         unknown = sorted(set(layers) - set(available))
         if unknown:
@@ -123,3 +136,46 @@ def sample_layers(
         policy = layer_policy(src, dst, i)
         chosen.setdefault(policy.key, policy)
     return sorted(chosen.values(), key=lambda p: p.layer)
+
+
+def select_layers(
+    src: CheckpointView, dst: ConvertedView, layers: LayerSelection
+) -> tuple[list[LayerPolicy], list[LayerPolicy]]:
+    """(layers that must run, layers run while ``--max-seconds`` allows).
+
+    ``sample`` / None: one per policy, all required; a list: those, all required; ``all``: the
+    policy sample required first, then every other MoE layer in a spread order (halving the
+    gaps), so a run stopped by the budget still covers the model evenly.
+    """
+    if layers is None or layers == "sample":
+        return sample_layers(src, dst), []
+    if layers == "all":
+        sample = sample_layers(src, dst)
+        everything = all_layers(src, dst)
+        done = {p.layer for p in sample}
+        rest = [p for p in everything if p.layer not in done]
+        return sample, [rest[i] for i in spread_order(len(rest))]
+    if isinstance(layers, str):
+        raise UsageError(f"--layers {layers!r}: give all, sample or layer numbers like 3,4 or 3-5")
+    return sample_layers(src, dst, list(layers)), []
+
+
+def spread_order(n: int) -> list[int]:
+    """0..n-1 ordered so every prefix is spread out (ends, then midpoints breadth first):
+    ``spread_order(5)`` -> ``[0, 4, 2, 1, 3]``."""
+    if n <= 2:
+        return list(range(n))
+    order, gaps = [0, n - 1], deque([(0, n - 1)])
+    while gaps:
+        lo, hi = gaps.popleft()
+        if hi - lo >= 2:
+            mid = (lo + hi) // 2
+            order.append(mid)
+            gaps.extend(((lo, mid), (mid, hi)))
+    return order
+
+
+def selection_label(layers: LayerSelection) -> str:
+    if layers is None or isinstance(layers, str):
+        return layers or "sample"
+    return ",".join(map(str, layers))

@@ -94,8 +94,7 @@ def check_files(
     t0 = time.monotonic()
     checker = LosslessChecker(plan, catalog, dst, budget, max_listed, NullProgress())
     try:
-        for i in indexes:
-            checker.check_file(plan.files[i])
+        checker.check_files([plan.files[i] for i in indexes])
         if others:
             checker.check_others()
     finally:

@@ -25,6 +25,7 @@ CLI = Path(options.__file__).parent
 SAME_NAME_OTHER_MEANING = {
     "--layers": "synth: how many decoder layers to write (a count, not a list)",
     "--seed": "synth: the random data; verify: the hidden states",
+    "--workers": "convert: output files written at once; verify: threads of the lossless check",
 }
 
 

@@ -65,3 +65,35 @@ def test_gpu_sharded(converted) -> None:
     src, dst = converted("quark-mxfp4", tp=2, layout="vllm-sharded")
     report = verify_checkpoint(dst, str(src), GPU)
     assert report.passed and report.numeric.layout == "vllm-sharded"
+
+
+@pytest.mark.parametrize("preset", ["quark-mxfp4", "deepseek-v3-fp8", "quark-nvfp4"])
+def test_reference_on_the_gpu_equals_the_cpu_one(converted, preset: str) -> None:
+    """The numeric check decodes the source and runs the float64 reference on the GPU: the
+    same codecs and float64 sums as on the CPU, so the two agree to float32 rounding."""
+    from checkpoint_tool.layers.inputs import hidden_states, remap_experts, route_tokens
+    from checkpoint_tool.layers.loader import CheckpointView
+    from checkpoint_tool.runtime.reference import moe_reference
+
+    src, _ = converted(preset, tp=2)
+    view = CheckpointView.open(src, semantics="producer")
+    layer = view.facts.moe_layer_indices[0]
+    x = hidden_states(64, view.facts.hidden_size, 0, layer)
+    routing, router = view.routing(), view.router(layer)
+    ids, w = route_tokens(x, router, routing, None)
+    loaded = view.layer(layer, experts=sorted(set(ids.flatten().tolist())), router=router)
+    topk = (remap_experts(ids, loaded.slot_of), w)
+    cpu = moe_reference(x, loaded.weights, routing, topk=topk)
+    gpu = moe_reference(x.cuda(), loaded.weights.to("cuda"), routing,
+                        topk=(topk[0].cuda(), topk[1].cuda()))  # fmt: skip
+    assert gpu.device.type == "cuda"
+    rel = float((gpu.cpu().double() - cpu.double()).norm() / cpu.double().norm())
+    assert rel < 1e-6, rel
+
+
+def test_numeric_report_times_each_stage_on_the_gpu(converted) -> None:
+    src, dst = converted("quark-mxfp4", tp=2)
+    report = verify_checkpoint(dst, str(src), GPU.model_copy(update={"layers": "all"}))
+    assert report.passed and report.numeric.device == "cuda"
+    for r in report.numeric.layers:
+        assert r.decode_seconds > 0 and r.runtime_seconds > 0 and r.read_seconds > 0

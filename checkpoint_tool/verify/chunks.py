@@ -1,0 +1,145 @@
+"""Compare byte ranges of files a cache-sized chunk at a time (the lossless check's fast path).
+
+``same_runs`` compares a range of a DST file with the expected bytes a segment lists as runs
+(``verify.expected.Run``: source tensor byte ranges and fills). Each chunk is read with
+``os.preadv`` into a buffer the thread reuses (the read releases the GIL; the kernel copies
+from the page cache or the disk into a buffer that stays in cache) and compared with ``==``
+on two ``bytearray`` (a memcmp). Chunks of ``CHUNK`` bytes keep both buffers in the core's L2,
+which is what lets a Python loop compare at about the rate ``cat`` reads (docs/verify.md).
+
+Example::
+
+    files = Files()
+    same_runs(files, seg.runs, lambda name: (Path("/src/model.safetensors"), 1024),
+              Path("/out/model-00001-of-00002.safetensors"), 4096)   # True / False
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from checkpoint_tool.errors import InputError
+from checkpoint_tool.verify.expected import Run
+
+#: bytes compared per read of each side (two buffers per thread, in L2)
+CHUNK = 256 << 10
+#: how two chunks are compared: ``memcmp`` (``bytearray ==``, holds the GIL, fastest per byte)
+#: or ``numpy`` (``uint64`` equality, releases the GIL: more threads compare at once)
+COMPARE = "memcmp"
+
+#: a source tensor name -> (its file, the offset of its first byte), None when not a local file
+SourceRange = Callable[[str], tuple[Path, int] | None]
+
+_local = threading.local()
+
+
+class Files:
+    """Read-only descriptors by path, shared by threads, closed together."""
+
+    def __init__(self) -> None:
+        self._fds: dict[Path, int] = {}
+        self._lock = threading.Lock()
+
+    def fd(self, path: Path) -> int:
+        fd = self._fds.get(path)
+        if fd is None:
+            with self._lock:
+                fd = self._fds.get(path)
+                if fd is None:
+                    try:
+                        fd = self._fds[path] = os.open(path, os.O_RDONLY)
+                    except OSError as exc:
+                        raise InputError(f"{path}: cannot open ({exc.strerror})") from exc
+        return fd
+
+    def read_into(self, path: Path, buf: bytearray, begin: int) -> None:
+        """Fill ``buf`` with the file's bytes from ``begin`` (InputError naming the file)."""
+        fd, view, got = self.fd(path), memoryview(buf), 0
+        while got < len(buf):
+            try:
+                n = os.preadv(fd, [view[got:]], begin + got)
+            except OSError as exc:
+                raise InputError(
+                    f"{path}: read error at byte {begin + got} ({exc.strerror})"
+                ) from exc
+            if n == 0:
+                raise InputError(
+                    f"{path}: file ends at byte {begin + got}, expected data up to "
+                    f"{begin + len(buf)}; the file is truncated"
+                )
+            got += n
+
+    def read(self, path: Path, begin: int, end: int) -> bytes:
+        out = bytearray(end - begin)
+        self.read_into(path, out, begin)
+        return bytes(out)
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+
+def _buffers(n: int) -> tuple[bytearray, bytearray]:
+    """This thread's two buffers of ``n`` bytes (kept for ``CHUNK``, fresh for a tail)."""
+    if n != CHUNK:
+        return bytearray(n), bytearray(n)
+    bufs = getattr(_local, "bufs", None)
+    if bufs is None:
+        bufs = _local.bufs = (bytearray(CHUNK), bytearray(CHUNK))
+    return bufs
+
+
+def _fill_chunk(fill: bytes, n: int) -> bytes:
+    """``n`` bytes of ``fill`` repeated (cached per thread for full chunks)."""
+    cache: dict[tuple[bytes, int], bytes] = getattr(_local, "fills", None) or {}
+    _local.fills = cache
+    hit = cache.get((fill, n))
+    if hit is None:
+        hit = (fill * (n // len(fill) + 1))[:n]
+        if n == CHUNK:
+            cache[(fill, n)] = hit
+    return hit
+
+
+def _equal(a: bytearray, b: bytearray) -> bool:
+    if COMPARE == "numpy" and len(a) % 8 == 0:
+        return bool(np.array_equal(np.frombuffer(a, np.uint64), np.frombuffer(b, np.uint64)))
+    return a == b
+
+
+def same_runs(
+    files: Files, runs: Sequence[Run], source: SourceRange, dst: Path, begin: int
+) -> bool | None:
+    """Whether DST bytes from ``begin`` equal ``runs``; None when a run's source is not a local
+    file (the caller builds the array). Read errors raise InputError naming the file."""
+    ranges: list[tuple[Path, int] | None] = []
+    for run in runs:
+        if run.source is None:
+            ranges.append(None)
+            continue
+        where = source(run.source)
+        if where is None:
+            return None
+        ranges.append((where[0], where[1] + run.offset))
+    pos = begin
+    for run, src in zip(runs, ranges, strict=True):
+        for off in range(0, run.length, CHUNK):
+            n = min(CHUNK, run.length - off)
+            want, got = _buffers(n)
+            files.read_into(dst, got, pos + off)
+            if src is None:
+                if got != _fill_chunk(run.fill, n):
+                    return False
+                continue
+            files.read_into(src[0], want, src[1] + off)
+            if not _equal(want, got):
+                return False
+        pos += run.length
+    return True
