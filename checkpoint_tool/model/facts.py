@@ -53,6 +53,13 @@ class ExpertNaming(BaseModel):
     shared_name: str = "shared_experts"
     shared_layout: SharedLayout = "single"
 
+    def intermediate_dim(self, proj: str, logical: tuple[int, ...], *, fused_gate_up: bool) -> int:
+        """Width of one expert in a stored weight's logical shape: gate/up are ``[..., I, H]``
+        (``[..., 2I, H]`` fused) and down ``[..., H, I]``."""
+        if proj == "down":
+            return logical[-1]
+        return logical[-2] // 2 if fused_gate_up else logical[-2]
+
 
 class MoeLayerFacts(BaseModel):
     """One MoE layer: counts, sizes and names. ``layer`` is the global index (MTP = N + k)."""

@@ -128,17 +128,43 @@ class Layers(_Data):
     block: str
 
 
+class MtpCount(_Data):
+    """The MTP layer count of one model type: ``config[key]``, else the count vLLM's drafter
+    assumes when config.json has none (``default``)."""
+
+    key: str | None = None
+    default: int = 0
+
+
 class Mtp(_Data):
-    """MTP layers: how many (``count`` key) and where (see the table's header)."""
+    """MTP layers: how many (``count`` key, ``default``; ``by_model_type`` overrides both per
+    config.json ``model_type``) and where (see the table's header)."""
 
     count: str | None = None
+    #: the count vLLM's drafter assumes when config.json has no ``count`` key
+    default: int = 0
+    by_model_type: dict[str, MtpCount] = Field(default_factory=dict)
     roots: list[str] | dict[str, list[str]] | None = None
 
+    def count_of(self, cfg: ConfigView, model_types: Collection[str]) -> tuple[int, bool]:
+        """(number of MTP layers, whether config.json states it) for a model of
+        ``model_types`` (every ``model_type`` of config.json's parts)."""
+        rule = next(
+            (self.by_model_type[t] for t in sorted(model_types) if t in self.by_model_type),
+            MtpCount(key=self.count, default=self.default),
+        )
+        value = cfg.opt_int(rule.key, -1) if rule.key else -1
+        return (value, True) if value >= 0 else (rule.default, False)
+
     def prefixes(
-        self, cfg: ConfigView, root: str, n_layers: int, block: str, names: Collection[str] | None
+        self,
+        n_mtp: int,
+        root: str,
+        n_layers: int,
+        block: str,
+        names: Collection[str] | None,
     ) -> list[tuple[int, str]]:
-        """``(global index, prefix)`` of each MTP layer config.json declares."""
-        n_mtp = cfg.opt_int(self.count, 0) if self.count else 0
+        """``(global index, prefix)`` of each of ``n_mtp`` MTP layers."""
         if self.roots is None:
             return [(n_layers + k, f"{root}.{n_layers + k}.{block}") for k in range(n_mtp)]
         candidates = self.roots[root] if isinstance(self.roots, dict) else self.roots
