@@ -101,3 +101,64 @@ def qwen3_next(
             t, "mtp.layers.0.mlp", fp8, mtp_moe_i or moe_i, mtp_shared_i or mtp_moe_i or moe_i
         )
     return config, t
+
+
+def _mxfp4(tensors: Tensors, name: str, shape: tuple[int, int]) -> None:
+    """A Quark MXFP4 linear: packed U8 weight [out, in/2] + E8M0 scale [out, in/32]."""
+    tensors[f"{name}.weight"] = ("U8", (shape[0], shape[1] // 2))
+    tensors[f"{name}.weight_scale"] = ("U8", (shape[0], shape[1] // 32))
+
+
+def deepseek_mxfp4_bf16_mtp(quark_qc: dict, *, layers: int = 4) -> tuple[dict, Tensors]:
+    """amd/DeepSeek-R1-0528-MXFP4's layout: MXFP4 routed and shared experts on the main MoE
+    layers (1..layers-1 here), the MTP layer ``model.layers.{layers}`` left BF16 by an
+    exact-name exclude list (vLLM ``deepseek_v2.py`` ``DeepseekV2DecoderLayer``: MoE when
+    ``layer_idx >= first_k_dense_replace``; ``deepseek_mtp.py`` builds
+    ``num_nextn_predict_layers`` layers after ``num_hidden_layers``)."""
+    n_routed, moe_i = E * 2, I
+    config = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "hidden_size": H,
+        "num_hidden_layers": layers,
+        "first_k_dense_replace": 1,
+        "n_routed_experts": n_routed,
+        "n_shared_experts": 1,
+        "moe_intermediate_size": moe_i,
+        "num_experts_per_tok": 2,
+        "num_nextn_predict_layers": 1,
+        "topk_method": "noaux_tc",
+        "scoring_func": "sigmoid",
+        "vocab_size": 128,
+    }
+    t: Tensors = {"model.embed_tokens.weight": ("BF16", (128, H)), "lm_head.weight": ("BF16", (128, H))}
+    t["model.norm.weight"] = ("BF16", (H,))
+    exclude = ["lm_head"]
+    for i in range(layers + 1):
+        base = f"model.layers.{i}"
+        t[f"{base}.input_layernorm.weight"] = ("BF16", (H,))
+        if i == 0:
+            _swiglu(t, f"{base}.mlp", 2 * moe_i, False)
+            exclude += [f"{base}.mlp.{p}" for p in ("gate_proj", "up_proj", "down_proj")]
+            continue
+        t[f"{base}.mlp.gate.weight"] = ("BF16", (n_routed, H))
+        t[f"{base}.mlp.gate.e_score_correction_bias"] = ("F32", (n_routed,))
+        exclude.append(f"{base}.mlp.gate")
+        mtp = i == layers
+        experts = [f"{base}.mlp.experts.{e}" for e in range(n_routed)]
+        for mod in [*experts, f"{base}.mlp.shared_experts"]:
+            for proj, shape in (("gate_proj", (moe_i, H)), ("up_proj", (moe_i, H)), ("down_proj", (H, moe_i))):
+                if mtp:
+                    t[f"{mod}.{proj}.weight"] = ("BF16", shape)
+                    exclude.append(f"{mod}.{proj}")
+                else:
+                    _mxfp4(t, f"{mod}.{proj}", shape)
+        if mtp:
+            for leaf in ("enorm", "hnorm", "shared_head.norm"):
+                t[f"{base}.{leaf}.weight"] = ("BF16", (H,))
+            t[f"{base}.eh_proj.weight"] = ("BF16", (H, 2 * H))
+            exclude.append(f"{base}.eh_proj")
+    qc = {**quark_qc, "exclude": exclude}
+    qc.pop("layer_quant_config", None)
+    config["quantization_config"] = qc
+    return config, t
