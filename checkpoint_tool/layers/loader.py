@@ -186,7 +186,8 @@ class CheckpointView(ConfigView):
     # -- a layer ------------------------------------------------------------------------------
     def hash_routed(self, layer: int) -> bool:
         """A DeepSeek-V4 hash-routed layer: its gate has a ``tid2eid`` table (headers only)."""
-        return f"{self.layer_facts(layer).prefix}.gate.{_HASH_TABLE}" in self.catalog.tensors
+        lf = self.layer_facts(layer)
+        return f"{lf.prefix}.{lf.naming.router_name}.{_HASH_TABLE}" in self.catalog.tensors
 
     def swiglu_limit(self) -> float | None:
         """DeepSeek-V4's activation clamp (config.json ``swiglu_limit``; other families: None).
@@ -201,7 +202,7 @@ class CheckpointView(ConfigView):
 
     def router(self, layer: int) -> Router:
         lf = self.layer_facts(layer)
-        gate = f"{lf.prefix}.gate"
+        gate = f"{lf.prefix}.{lf.naming.router_name}"
         weight = self._dense(f"{gate}.weight", "router weight")
         bias = None
         for b in _BIAS_NAMES:
@@ -260,6 +261,8 @@ class CheckpointView(ConfigView):
                     f"supported, this one is {entry.dtype} {list(entry.shape)} ({scheme.short()})"
                 )
             t = read_rows(self.catalog, entry, e, e + 1)[0]
+            if lf.naming.fused_3d_order == "in_out":  # [in, out] (Llama-4): a linear's [out, in]
+                t = t.transpose(0, 1).contiguous()
             out.append(Projection({"weight": t}, scheme, f"{name}[{e}]"))
         gate, up = split_gate_up(out[0])
         return ExpertWeights(gate, up, out[1])

@@ -29,7 +29,7 @@ from checkpoint_tool.policy.fse import (
     fse_model,
     prefused_decision,
 )
-from checkpoint_tool.policy.fse_gates import OK, vllm_fse_gate
+from checkpoint_tool.policy.fse_gates import OK, model_no_fse, vllm_fse_gate
 from checkpoint_tool.policy.fse_layout import layout_check
 from checkpoint_tool.policy.prefused import prefused_slots
 from checkpoint_tool.policy.report import PolicyReport
@@ -84,7 +84,9 @@ def decide_policy(
             )
             continue
         gate = layout = OK  # no shared experts: nothing to gate
-        if layer.n_shared:
+        if layer.n_shared and facts.fse_unsupported:
+            gate = model_no_fse(facts.fse_unsupported)
+        elif layer.n_shared:
             gate = vllm_fse_gate(rc.qconfig, raw_qc, facts, layer, tgt.version)
             layout = layout_check(layer, routed, shared)
         verdicts[layer.layer] = decide_layer(layer, gate=gate, layout=layout, mode=fse)

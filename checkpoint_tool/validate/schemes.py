@@ -92,7 +92,8 @@ def check_expert_shapes(ctx: ValidationContext) -> list[Issue]:
             for p in ("gate", "down"):
                 w = layer.routed_weight(0, p)
                 if w in tensors:
-                    out.extend(_hidden(ctx, w, p == "down", hidden, layer.layer))
+                    axis = layer.naming.hidden_axis(p, three_d=True)
+                    out.extend(_hidden(ctx, w, p == "down", hidden, layer.layer, axis))
             continue
         for p in PROJS:
             groups: dict[tuple, list[str]] = defaultdict(list)
@@ -160,14 +161,15 @@ def _widths(ctx: ValidationContext, layer) -> list[Issue]:
     if layer.naming.routed_layout != "fused_3d" and all(
         layer.routed_weight(n_routed + j, "gate") in ctx.catalog.tensors for j in range(n_shared)
     ):
-        for j in range(n_shared):
+        for k in range(n_shared):
             for p in ("gate", "down"):
-                w = layer.routed_weight(n_routed + j, p)
+                w = layer.routed_weight(n_routed + k, p)
                 out.extend(_width_issue(ctx, w, p, moe_i, "a fused shared expert", layer))
         return out
     indexed = layer.naming.shared_layout == "indexed"
     want = layer.shared_chunk_size if indexed else int(layer.shared_intermediate_size)
-    for j in range(n_shared) if indexed else [None]:
+    js: list[int | None] = list(range(n_shared)) if indexed else [None]
+    for j in js:
         for p in ("gate", "down"):
             w = f"{layer.shared_module(p, j)}.weight"
             out.extend(_width_issue(ctx, w, p, want, "the shared expert", layer))
@@ -175,16 +177,23 @@ def _widths(ctx: ValidationContext, layer) -> list[Issue]:
 
 
 def _hidden(
-    ctx: ValidationContext, name: str, is_down: bool, hidden: int, layer: int
+    ctx: ValidationContext,
+    name: str,
+    is_down: bool,
+    hidden: int,
+    layer: int,
+    axis: int | None = None,
 ) -> list[Issue]:
-    """gate/up are logically ``[..., I, H]`` and down ``[..., H, I]``: H must be hidden_size."""
+    """gate/up are logically ``[..., I, H]`` and down ``[..., H, I]`` (``axis``: where H is,
+    for ``in_out`` 3-D experts): H must be hidden_size."""
     logical = _logical(ctx, name)
     if len(logical) < 2:
         return []
-    h = logical[-2] if is_down else logical[-1]
+    at = (-2 if is_down else -1) if axis is None else axis
+    h = logical[at]
     if h == hidden:
         return []
-    which = "rows" if is_down else "columns"
+    which = "rows" if at == -2 else "columns"
     return [
         _issue(
             ctx,

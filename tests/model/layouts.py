@@ -12,7 +12,7 @@ from __future__ import annotations
 
 Tensors = dict[str, tuple[str, tuple[int, ...]]]
 
-H, I, E = 128, 128, 4
+H, INTER, E = 128, 128, 4
 
 
 def _fp8_block(tensors: Tensors, name: str, shape: tuple[int, int], block: int = 128) -> None:
@@ -31,7 +31,9 @@ def _linear(tensors: Tensors, name: str, shape: tuple[int, int], fp8: bool) -> N
         tensors[f"{name}.weight"] = ("BF16", shape)
 
 
-def _swiglu(tensors: Tensors, base: str, width: int, fp8: bool, names=("gate_proj", "up_proj", "down_proj")) -> None:
+def _swiglu(
+    tensors: Tensors, base: str, width: int, fp8: bool, names=("gate_proj", "up_proj", "down_proj")
+) -> None:
     g, u, d = names
     _linear(tensors, f"{base}.{g}", (width, H), fp8)
     _linear(tensors, f"{base}.{u}", (width, H), fp8)
@@ -60,7 +62,7 @@ def qwen3_next(
     fp8: bool = False,
     layers: int = 2,
     mtp: bool = True,
-    moe_i: int = I,
+    moe_i: int = INTER,
     mtp_moe_i: int | None = None,
     mtp_shared_i: int | None = None,
     shared_i: int | None = None,
@@ -86,7 +88,10 @@ def qwen3_next(
     }
     if fp8:
         config["quantization_config"] = dict(FP8_QC)
-    t: Tensors = {"model.embed_tokens.weight": ("BF16", (128, H)), "lm_head.weight": ("BF16", (128, H))}
+    t: Tensors = {
+        "model.embed_tokens.weight": ("BF16", (128, H)),
+        "lm_head.weight": ("BF16", (128, H)),
+    }
     t["model.norm.weight"] = ("BF16", (H,))
     for i in range(layers):
         t[f"model.layers.{i}.input_layernorm.weight"] = ("BF16", (H,))
@@ -115,7 +120,7 @@ def deepseek_mxfp4_bf16_mtp(quark_qc: dict, *, layers: int = 4) -> tuple[dict, T
     exact-name exclude list (vLLM ``deepseek_v2.py`` ``DeepseekV2DecoderLayer``: MoE when
     ``layer_idx >= first_k_dense_replace``; ``deepseek_mtp.py`` builds
     ``num_nextn_predict_layers`` layers after ``num_hidden_layers``)."""
-    n_routed, moe_i = E * 2, I
+    n_routed, moe_i = E * 2, INTER
     config = {
         "architectures": ["DeepseekV3ForCausalLM"],
         "model_type": "deepseek_v3",
@@ -131,7 +136,10 @@ def deepseek_mxfp4_bf16_mtp(quark_qc: dict, *, layers: int = 4) -> tuple[dict, T
         "scoring_func": "sigmoid",
         "vocab_size": 128,
     }
-    t: Tensors = {"model.embed_tokens.weight": ("BF16", (128, H)), "lm_head.weight": ("BF16", (128, H))}
+    t: Tensors = {
+        "model.embed_tokens.weight": ("BF16", (128, H)),
+        "lm_head.weight": ("BF16", (128, H)),
+    }
     t["model.norm.weight"] = ("BF16", (H,))
     exclude = ["lm_head"]
     for i in range(layers + 1):
@@ -147,7 +155,11 @@ def deepseek_mxfp4_bf16_mtp(quark_qc: dict, *, layers: int = 4) -> tuple[dict, T
         mtp = i == layers
         experts = [f"{base}.mlp.experts.{e}" for e in range(n_routed)]
         for mod in [*experts, f"{base}.mlp.shared_experts"]:
-            for proj, shape in (("gate_proj", (moe_i, H)), ("up_proj", (moe_i, H)), ("down_proj", (H, moe_i))):
+            for proj, shape in (
+                ("gate_proj", (moe_i, H)),
+                ("up_proj", (moe_i, H)),
+                ("down_proj", (H, moe_i)),
+            ):
                 if mtp:
                     t[f"{mod}.{proj}.weight"] = ("BF16", shape)
                     exclude.append(f"{mod}.{proj}")
@@ -162,3 +174,114 @@ def deepseek_mxfp4_bf16_mtp(quark_qc: dict, *, layers: int = 4) -> tuple[dict, T
     qc.pop("layer_quant_config", None)
     config["quantization_config"] = qc
     return config, t
+
+
+def minimax_m3(*, wrapper: bool = True, layers: int = 4, fp8: bool = False) -> tuple[dict, Tensors]:
+    """MiniMax-M3's layout (vLLM ``models/minimax_m3/amd/model.py``): the first 3 layers dense
+    (``moe_layer_freq``), MoE layers under ``block_sparse_moe`` with routed ``experts.E.w1/w3/w2``
+    and a shared MLP ``shared_experts.gate_proj/up_proj/down_proj`` (``intermediate_size *
+    n_shared_experts`` wide, ``MiniMaxM3MoE.__init__``); one MTP layer at
+    ``model.mtp.layers.0`` (``nvidia/mtp.py`` ``_map_checkpoint_name``). The multimodal
+    checkpoint nests it all under ``language_model.`` with the sizes in ``text_config``."""
+    text = {
+        "model_type": "minimax_m3_text",
+        "hidden_size": H,
+        "num_hidden_layers": layers,
+        "num_local_experts": E,
+        "num_experts_per_tok": 2,
+        "intermediate_size": INTER,
+        "dense_intermediate_size": 2 * INTER,
+        "n_shared_experts": 1,
+        "moe_layer_freq": [0] * 3 + [1] * (layers - 3),
+        "num_mtp_modules": 1,
+        "scoring_func": "sigmoid",
+        "use_routing_bias": True,
+        "vocab_size": 128,
+        "num_attention_heads": 2,
+    }
+    if wrapper:
+        config: dict = {
+            "architectures": ["MiniMaxM3SparseForConditionalGeneration"],
+            "model_type": "minimax_m3_vl",
+            "text_config": text,
+        }
+        root = "language_model.model"
+    else:
+        config = {"architectures": ["MiniMaxM3SparseForCausalLM"], **text}
+        root = "model"
+    head = "language_model.lm_head.weight" if wrapper else "lm_head.weight"
+    if fp8:
+        config["quantization_config"] = dict(
+            FP8_QC, modules_to_not_convert=[head[: -len(".weight")]]
+        )
+    t: Tensors = {f"{root}.embed_tokens.weight": ("BF16", (128, H)), head: ("BF16", (128, H))}
+    t[f"{root}.norm.weight"] = ("BF16", (H,))
+
+    def moe(base: str) -> None:
+        t[f"{base}.block_sparse_moe.gate.weight"] = ("F32", (E, H))
+        t[f"{base}.block_sparse_moe.e_score_correction_bias"] = ("F32", (E,))
+        for e in range(E):
+            _swiglu(t, f"{base}.block_sparse_moe.experts.{e}", INTER, fp8, ("w1", "w3", "w2"))
+        _swiglu(t, f"{base}.block_sparse_moe.shared_experts", INTER, fp8)
+
+    for i in range(layers):
+        base = f"{root}.layers.{i}"
+        t[f"{base}.input_layernorm.weight"] = ("BF16", (H,))
+        if i < 3:
+            _swiglu(t, f"{base}.mlp", 2 * INTER, fp8)
+        else:
+            moe(base)
+    mtp = f"{root}.mtp.layers.0"
+    t[f"{mtp}.eh_proj.weight"] = ("BF16", (H, 2 * H))
+    t[f"{mtp}.enorm.weight"] = ("BF16", (H,))
+    t[f"{mtp}.hnorm.weight"] = ("BF16", (H,))
+    t[f"{mtp}.final_layernorm.weight"] = ("BF16", (H,))
+    moe(mtp)
+    if fp8:
+        config["quantization_config"]["modules_to_not_convert"].append(f"{mtp}.eh_proj")
+    return config, t
+
+
+def llama4(*, wrapper: bool = True, layers: int = 2, step: int = 1) -> tuple[dict, Tensors]:
+    """Llama-4 Scout's layout (``interleave_moe_layer_step`` 1; Maverick 2): BF16, routed
+    experts as 3-D tensors ``experts.gate_up_proj`` [E, H, 2I] and ``experts.down_proj``
+    [E, INTER, H] (vLLM ``llama4.py`` ``load_moe_expert_weights`` transposes and chunks them), a
+    ``shared_expert`` MLP, ``router``; the multimodal checkpoint under ``language_model.``."""
+    text = {
+        "model_type": "llama4_text",
+        "hidden_size": H,
+        "num_hidden_layers": layers,
+        "num_local_experts": E,
+        "num_experts_per_tok": 1,
+        "intermediate_size": INTER,
+        "intermediate_size_mlp": 2 * INTER,
+        "interleave_moe_layer_step": step,
+        "vocab_size": 128,
+    }
+    if wrapper:
+        config: dict = {
+            "architectures": ["Llama4ForConditionalGeneration"],
+            "model_type": "llama4",
+            "text_config": text,
+        }
+        root, head = "language_model.model", "language_model.lm_head.weight"
+    else:
+        config = {"architectures": ["Llama4ForCausalLM"], **text}
+        root, head = "model", "lm_head.weight"
+    t: Tensors = {f"{root}.embed_tokens.weight": ("BF16", (128, H)), head: ("BF16", (128, H))}
+    t[f"{root}.norm.weight"] = ("BF16", (H,))
+    for i in range(layers):
+        ff = f"{root}.layers.{i}.feed_forward"
+        t[f"{root}.layers.{i}.input_layernorm.weight"] = ("BF16", (H,))
+        if (i + 1) % step:
+            _swiglu(t, ff, 2 * INTER, False)
+            continue
+        t[f"{ff}.router.weight"] = ("BF16", (E, H))
+        t[f"{ff}.experts.gate_up_proj"] = ("BF16", (E, H, 2 * INTER))
+        t[f"{ff}.experts.down_proj"] = ("BF16", (E, INTER, H))
+        _swiglu(t, f"{ff}.shared_expert", INTER, False)
+    return config, t
+
+
+#: family -> a builder of one of its published layouts (families without a synth preset)
+LAYOUTS = {"minimax_m3": minimax_m3, "llama4": llama4}

@@ -40,9 +40,7 @@ def plan_json(capsys: pytest.CaptureFixture[str], root: Path, *args: str) -> dic
 
 def planned_shapes(plan: dict) -> dict[str, tuple[str, list[str]]]:
     """output tensor -> (dtype, the plan's ops) of every tensor a plan writes."""
-    return {
-        t["name"]: (t["dtype"], t["ops"]) for f in plan["files"] for t in f["tensors"]
-    }
+    return {t["name"]: (t["dtype"], t["ops"]) for f in plan["files"] for t in f["tensors"]}
 
 
 def policy(root: Path, **options: object):

@@ -16,8 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from catalog.producer_ckpt import write_checkpoint
+
 from checkpoint_tool.model import model_facts
 
 from .layouts import qwen3_next

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 
 from catalog.producer_ckpt import write_checkpoint
-from checkpoint_tool.policy.decision import FseDecision
-from checkpoint_tool.policy.fse import apply_model_rules
-from checkpoint_tool.policy.engine.model import load_rule_table
 from model.layouts import deepseek_mxfp4_bf16_mtp
 from model.runs import ckpt, policy
+
+from checkpoint_tool.policy.decision import FseDecision
+from checkpoint_tool.policy.engine.model import load_rule_table
+from checkpoint_tool.policy.fse import apply_model_rules
 
 from .helpers import QUARK_MXFP4
 
@@ -75,7 +76,7 @@ def test_one_model_mixed_is_still_refused(tmp_path, capsys):
     qc = config["quantization_config"]
     qc["exclude"] = [*qc["exclude"], "model.layers.2.mlp.shared_experts.gate_proj"]
     root = write_checkpoint(tmp_path / "r1", tensors, config)
-    code, out, _ = ckpt(
+    _, out, _ = ckpt(
         capsys, "inspect", str(root), "--target", AITER, "--fse", "on", "--format", "json"
     )
     rules = [f["rule"] for f in json.loads(out)["engine"]["findings"]]

@@ -150,4 +150,7 @@ def build_facts(
         expert_dtype=expert_dtype if isinstance(expert_dtype, str) else None,
         moe_layers=layers,
         notes=notes,
+        width_key=keys.moe_intermediate_size,
+        shared_width_key=getattr(spec.shared, "width", None),
+        fse_unsupported=None if spec.fse.supported else spec.fse.reason,
     )

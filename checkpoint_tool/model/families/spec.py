@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.model.config_fields import ConfigView
-from checkpoint_tool.model.facts import ExpertNaming, Family
+from checkpoint_tool.model.facts import ExpertNaming
 from checkpoint_tool.model.naming import choose_root
 from checkpoint_tool.yamlio import safe_load
 
@@ -69,14 +69,34 @@ class SparseStep(_Data):
 
     rule: Literal["sparse_step"]
     step: str
-    mlp_only: str
+    mlp_only: str | None = None
 
     def select(self, cfg: ConfigView, n_layers: int, n_routed: int) -> list[int]:
         step = cfg.opt_int(self.step, 1) or 1
-        dense = set(cfg.int_list(self.mlp_only))
+        dense = set(cfg.int_list(self.mlp_only)) if self.mlp_only else set()
         return [
             i for i in range(n_layers) if i not in dense and n_routed > 0 and (i + 1) % step == 0
         ]
+
+
+class FreqList(_Data):
+    """Layer ``i`` is MoE when ``config[key][i] != 0``; with no list in config.json, every
+    layer from ``absent_first_dense`` on (the list the model's config class defaults to)."""
+
+    rule: Literal["freq_list"]
+    key: str
+    absent_first_dense: int = 0
+
+    def select(self, cfg: ConfigView, n_layers: int, n_routed: int) -> list[int]:
+        flags = cfg.int_list(self.key) if cfg.get(self.key) is not None else None
+        if flags is None:
+            return list(range(self.absent_first_dense, n_layers))
+        if len(flags) < n_layers:
+            raise InputError(
+                f"config.json: {self.key!r} lists {len(flags)} layers but num_hidden_layers is "
+                f"{n_layers}; fix config.json"
+            )
+        return [i for i in range(n_layers) if flags[i] != 0]
 
 
 class EveryLayer(_Data):
@@ -88,19 +108,22 @@ class EveryLayer(_Data):
         return list(range(n_layers))
 
 
-MoeLayerRule = Annotated[FirstKDense | SparseStep | EveryLayer, Field(discriminator="rule")]
+MoeLayerRule = Annotated[
+    FirstKDense | SparseStep | FreqList | EveryLayer, Field(discriminator="rule")
+]
 
 
 class CountShared(_Data):
-    """``config[count]`` shared experts (absent: 0), one MLP ``count * moe_intermediate_size``
-    wide."""
+    """``config[count]`` shared experts (absent: ``default``, the model config class's
+    default), one MLP ``count * moe_intermediate_size`` wide."""
 
     rule: Literal["count"]
     count: str
+    default: int = 0
 
     def sizes(self, cfg: ConfigView, moe_i: int) -> tuple[int, int]:
         """(number of shared experts, total width)."""
-        n_shared = cfg.opt_int(self.count, 0)
+        n_shared = cfg.opt_int(self.count, self.default)
         return n_shared, n_shared * moe_i
 
 
@@ -116,7 +139,35 @@ class WidthShared(_Data):
         return (1 if width > 0 else 0), width
 
 
-SharedRule = Annotated[CountShared | WidthShared, Field(discriminator="rule")]
+class FixedShared(_Data):
+    """``count`` shared experts whatever config.json says (Llama-4: always one), one MLP
+    ``count * moe_intermediate_size`` wide."""
+
+    rule: Literal["fixed"]
+    count: int = Field(ge=0)
+
+    def sizes(self, cfg: ConfigView, moe_i: int) -> tuple[int, int]:
+        """(number of shared experts, total width)."""
+        return self.count, self.count * moe_i
+
+
+SharedRule = Annotated[CountShared | WidthShared | FixedShared, Field(discriminator="rule")]
+
+
+class RoutingDefaults(_Data):
+    """How a model type routes when config.json omits the routing keys (the values vLLM's
+    model class or the config class assume)."""
+
+    scoring_func: Literal["softmax", "sigmoid", "sqrtsoftplus"]
+    topk_method: Literal["greedy", "group_limited_greedy", "noaux_tc"]
+
+
+class Fse(_Data):
+    """Whether the family's vLLM model can fuse its shared experts at all (``supported``;
+    the model's own words why not in ``reason``)."""
+
+    supported: bool = True
+    reason: str = ""
 
 
 class Layers(_Data):
@@ -175,7 +226,7 @@ class Mtp(_Data):
 class FamilySpec(_Data):
     """One row of the family table."""
 
-    name: Family
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     model_types: frozenset[str]
     architecture_prefixes: tuple[str, ...]
     keys: Keys
@@ -184,6 +235,10 @@ class FamilySpec(_Data):
     layers: Layers
     mtp: Mtp = Field(default_factory=Mtp)
     naming: ExpertNaming = Field(default_factory=ExpertNaming)
+    fse: Fse = Field(default_factory=Fse)
+    #: model_type -> routing defaults (model types of this family's engine code, listed
+    #: where config.json may omit scoring_func / topk_method)
+    routing: dict[str, RoutingDefaults] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _mtp_roots_per_decoder_root(self) -> FamilySpec:
