@@ -205,9 +205,11 @@ class CheckpointView(ConfigView):
         gate = f"{lf.prefix}.{lf.naming.router_name}"
         weight = self._dense(f"{gate}.weight", "router weight")
         bias = None
-        for b in _BIAS_NAMES:
-            if f"{gate}.{b}" in self.catalog.tensors:
-                bias = self.read(f"{gate}.{b}", "router bias").float()
+        # under the router, or beside it on the MoE block (MiniMax-M3:
+        # block_sparse_moe.e_score_correction_bias, vLLM models/minimax_m3 MiniMaxM3MoE)
+        for b in [f"{gate}.{b}" for b in _BIAS_NAMES] + [f"{lf.prefix}.{b}" for b in _BIAS_NAMES]:
+            if b in self.catalog.tensors:
+                bias = self.read(b, "router bias").float()
                 break
         shared_gate = None
         if lf.has_shared_expert_gate:

@@ -283,5 +283,130 @@ def llama4(*, wrapper: bool = True, layers: int = 2, step: int = 1) -> tuple[dic
     return config, t
 
 
+def _deepseek_like(
+    config: dict, root: str, moe: list[int], mtp: int, *, shared: int = 1
+) -> Tensors:
+    """Tensors of a DeepSeek-style decoder: mlp.experts.E.gate_proj, mlp.shared_experts (one
+    MLP ``shared x moe_intermediate_size`` wide), mlp.gate; dense mlp elsewhere; ``mtp`` MoE
+    layers continuing the layer list."""
+    n_layers = config.get("num_hidden_layers") or config["text_config"]["num_hidden_layers"]
+    t: Tensors = {f"{root}.embed_tokens.weight": ("BF16", (128, H))}
+    for i in range(n_layers + mtp):
+        mlp = f"{root}.layers.{i}.mlp"
+        t[f"{root}.layers.{i}.input_layernorm.weight"] = ("BF16", (H,))
+        if i < n_layers and i not in moe:
+            _swiglu(t, mlp, 2 * INTER, False)
+            continue
+        t[f"{mlp}.gate.weight"] = ("BF16", (E, H))
+        t[f"{mlp}.gate.e_score_correction_bias"] = ("F32", (E,))
+        for e in range(E):
+            _swiglu(t, f"{mlp}.experts.{e}", INTER, False)
+        if shared:
+            _swiglu(t, f"{mlp}.shared_experts", shared * INTER, False)
+    return t
+
+
+def glm5_next(*, layers: int = 4) -> tuple[dict, Tensors]:
+    """GLM-5-Next's layout (vLLM ``models/glm5next/common/model.py``): the multimodal
+    wrapper's text model under ``model.language_model.``, MoE by ``mlp_layer_types``
+    ("sparse"), one MTP layer after the decoder's (``common/mtp.py``)."""
+    text = {
+        "model_type": "glm5_next_text",
+        "hidden_size": H,
+        "num_hidden_layers": layers,
+        "n_routed_experts": E,
+        "n_shared_experts": 1,
+        "moe_intermediate_size": INTER,
+        "num_experts_per_tok": 2,
+        "mlp_layer_types": ["dense"] + ["sparse"] * (layers - 1),
+        "num_nextn_predict_layers": 1,
+        "scoring_func": "sigmoid",
+        "topk_method": "noaux_tc",
+        "vocab_size": 128,
+    }
+    config = {
+        "architectures": ["Glm5NextForConditionalGeneration"],
+        "model_type": "glm5_next",
+        "text_config": text,
+    }
+    t = _deepseek_like(config, "model.language_model", list(range(1, layers)), 1)
+    t["lm_head.weight"] = ("BF16", (128, H))
+    return config, t
+
+
+def axk1(*, layers: int = 4, layer_types: bool = False) -> tuple[dict, Tensors]:
+    """AXK1's layout (vLLM ``model_executor/models/AXK1.py``): DeepSeek-style, MoE from
+    ``first_k_dense_replace`` (or ``mlp_layer_types`` when the config has it)."""
+    config: dict = {
+        "architectures": ["AXK1ForCausalLM"],
+        "model_type": "axk1",
+        "hidden_size": H,
+        "num_hidden_layers": layers,
+        "n_routed_experts": E,
+        "n_shared_experts": 1,
+        "moe_intermediate_size": INTER,
+        "num_experts_per_tok": 2,
+        "first_k_dense_replace": 1,
+        "vocab_size": 128,
+    }
+    if layer_types:
+        config["mlp_layer_types"] = ["dense", "dense"] + ["sparse"] * (layers - 2)
+    moe = list(range(2 if layer_types else 1, layers))
+    t = _deepseek_like(config, "model", moe, 0)
+    t["lm_head.weight"] = ("BF16", (128, H))
+    return config, t
+
+
+def longcat_flash(*, layers: int = 2) -> tuple[dict, Tensors]:
+    """LongCat-Flash's layout (vLLM ``model_executor/models/longcat_flash.py``):
+    ``num_layers`` decoder layers, each with dense ``mlps.0`` / ``mlps.1`` and a MoE ``mlp``
+    routed by ``mlp.router.classifier`` (experts plus weightless zero experts), no shared
+    expert."""
+    zero = 2
+    config = {
+        "architectures": ["LongcatFlashForCausalLM"],
+        "model_type": "longcat_flash",
+        "hidden_size": H,
+        "num_layers": layers,
+        "num_hidden_layers": 2 * layers,
+        "n_routed_experts": E,
+        "zero_expert_num": zero,
+        "zero_expert_type": "identity",
+        "moe_intermediate_size": INTER,
+        "moe_topk": 2,
+        "vocab_size": 128,
+    }
+    t: Tensors = {
+        "model.embed_tokens.weight": ("BF16", (128, H)),
+        "lm_head.weight": ("BF16", (128, H)),
+    }
+    for i in range(layers):
+        base = f"model.layers.{i}"
+        for k in range(2):
+            _swiglu(t, f"{base}.mlps.{k}", 2 * INTER, False)
+        t[f"{base}.mlp.router.classifier.weight"] = ("F32", (E + zero, H))
+        t[f"{base}.mlp.router.e_score_correction_bias"] = ("F32", (E + zero,))
+        for e in range(E):
+            _swiglu(t, f"{base}.mlp.experts.{e}", INTER, False)
+    return config, t
+
+
+def qwen4_exp(*, layers: int = 2) -> tuple[dict, Tensors]:
+    """Qwen4-exp's layout (vLLM ``models/qwen4_exp/amd/model.py``): Qwen3-Next's MoE block on
+    every layer, ``mlp.shared_expert`` with its gate, one MTP layer under ``mtp.layers.0``
+    with no count key (``amd/mtp.py``: ``getattr(config, "mtp_num_hidden_layers", 1)``)."""
+    config, t = qwen3_next(layers=layers)
+    config.update(architectures=["Qwen4ExpForCausalLM"], model_type="qwen4_exp_text")
+    for key in ("decoder_sparse_step", "mlp_only_layers"):
+        config.pop(key)
+    return config, t
+
+
 #: family -> a builder of one of its published layouts (families without a synth preset)
-LAYOUTS = {"minimax_m3": minimax_m3, "llama4": llama4}
+LAYOUTS = {
+    "minimax_m3": minimax_m3,
+    "llama4": llama4,
+    "glm5_next": glm5_next,
+    "axk1": axk1,
+    "longcat_flash": longcat_flash,
+}

@@ -54,9 +54,11 @@ class FirstKDense(_Data):
     rule: Literal["first_k_dense"]
     first_k: str | None = None
     freq: str | None = None
+    #: ``config[first_k]`` when config.json omits it (the model config class's default)
+    first_k_default: int = 0
 
     def select(self, cfg: ConfigView, n_layers: int, n_routed: int) -> list[int]:
-        first_k = cfg.opt_int(self.first_k, 0) if self.first_k else 0
+        first_k = cfg.opt_int(self.first_k, self.first_k_default) if self.first_k else 0
         freq = cfg.opt_int(self.freq, 1) if self.freq else 1
         if freq <= 0:
             raise InputError(f"config.json: {self.freq} must be >= 1, got {freq}; fix config.json")
@@ -79,24 +81,38 @@ class SparseStep(_Data):
         ]
 
 
-class FreqList(_Data):
-    """Layer ``i`` is MoE when ``config[key][i] != 0``; with no list in config.json, every
-    layer from ``absent_first_dense`` on (the list the model's config class defaults to)."""
+class LayerList(_Data):
+    """Layer ``i`` is MoE by a per-layer list ``config[key]``: entry ``i`` equals ``moe_value``
+    (None: any non-zero entry). A list shorter than the model repeats its last entry when
+    ``pad_with_last`` (else it is an error). With no list in config.json, ``absent`` decides
+    (another rule), else every layer from ``absent_first_dense`` on (the list the model's
+    config class defaults to)."""
 
-    rule: Literal["freq_list"]
+    rule: Literal["layer_list"]
     key: str
+    moe_value: int | str | None = None
+    pad_with_last: bool = False
+    absent: FirstKDense | None = None
     absent_first_dense: int = 0
 
     def select(self, cfg: ConfigView, n_layers: int, n_routed: int) -> list[int]:
-        flags = cfg.int_list(self.key) if cfg.get(self.key) is not None else None
+        flags = cfg.get(self.key)
         if flags is None:
+            if self.absent is not None:
+                return self.absent.select(cfg, n_layers, n_routed)
             return list(range(self.absent_first_dense, n_layers))
+        if not isinstance(flags, list) or any(isinstance(f, (dict, list)) for f in flags):
+            raise InputError(f"config.json: {self.key!r} must be a list per layer, got {flags!r}")
         if len(flags) < n_layers:
-            raise InputError(
-                f"config.json: {self.key!r} lists {len(flags)} layers but num_hidden_layers is "
-                f"{n_layers}; fix config.json"
-            )
-        return [i for i in range(n_layers) if flags[i] != 0]
+            if not (self.pad_with_last and flags):
+                raise InputError(
+                    f"config.json: {self.key!r} lists {len(flags)} layers but num_hidden_layers "
+                    f"is {n_layers}; fix config.json"
+                )
+            flags = flags + [flags[-1]] * (n_layers - len(flags))
+        if self.moe_value is None:
+            return [i for i in range(n_layers) if flags[i] not in (0, None, False)]
+        return [i for i in range(n_layers) if flags[i] == self.moe_value]
 
 
 class EveryLayer(_Data):
@@ -109,7 +125,7 @@ class EveryLayer(_Data):
 
 
 MoeLayerRule = Annotated[
-    FirstKDense | SparseStep | FreqList | EveryLayer, Field(discriminator="rule")
+    FirstKDense | SparseStep | LayerList | EveryLayer, Field(discriminator="rule")
 ]
 
 
