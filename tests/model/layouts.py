@@ -402,6 +402,39 @@ def qwen4_exp(*, layers: int = 2) -> tuple[dict, Tensors]:
     return config, t
 
 
+def minimax_m2(*, layers: int = 2) -> tuple[dict, Tensors]:
+    """MiniMax-M2.5's layout (vLLM ``model_executor/models/minimax_m2.py``; no family row, the
+    generic detector reads it): every layer MoE under ``block_sparse_moe``, experts
+    ``w1/w3/w2`` ``intermediate_size`` wide (``MiniMaxM2MoE``: FusedMoE
+    ``intermediate_size=config.intermediate_size``), block FP8 with ``"fmt":
+    "float8_e4m3fn"``, which vLLM's ``Fp8Config.from_config`` never reads."""
+    config = {
+        "architectures": ["MiniMaxM2ForCausalLM"],
+        "model_type": "minimax_m2",
+        "hidden_size": H,
+        "num_hidden_layers": layers,
+        "num_local_experts": E,
+        "num_experts_per_tok": 2,
+        "intermediate_size": INTER,
+        "scoring_func": "sigmoid",
+        "vocab_size": 128,
+        "quantization_config": dict(
+            FP8_QC, fmt="float8_e4m3fn", modules_to_not_convert=["lm_head"]
+        ),
+    }
+    t: Tensors = {
+        "model.embed_tokens.weight": ("BF16", (128, H)),
+        "lm_head.weight": ("BF16", (128, H)),
+    }
+    for i in range(layers):
+        moe = f"model.layers.{i}.block_sparse_moe"
+        t[f"{moe}.gate.weight"] = ("BF16", (E, H))
+        t[f"{moe}.e_score_correction_bias"] = ("F32", (E,))
+        for e in range(E):
+            _swiglu(t, f"{moe}.experts.{e}", INTER, True, ("w1", "w3", "w2"))
+    return config, t
+
+
 #: family -> a builder of one of its published layouts (families without a synth preset)
 LAYOUTS = {
     "minimax_m3": minimax_m3,

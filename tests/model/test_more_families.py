@@ -18,12 +18,14 @@ taken from vLLM 0.33's model file:
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from catalog.producer_ckpt import write_checkpoint
 
 from checkpoint_tool.model import model_facts
 
-from .layouts import INTER, E, axk1, glm5_next, longcat_flash, qwen4_exp
+from .layouts import INTER, E, axk1, glm5_next, longcat_flash, minimax_m2, qwen4_exp
 from .runs import ckpt, errors, policy, validate
 
 AITER = "vllm-0.33-rocm-aiter-fse"
@@ -82,3 +84,21 @@ def test_longcat_zero_experts_are_not_verified_numerically(tmp_path, capsys):
     assert ckpt(capsys, "convert", str(src), str(dst), "--tp", "2")[0] == 0
     code, out, err = ckpt(capsys, "verify", "--source", str(src), str(dst))
     assert code != 0 and "not in 0..3" in out + err
+
+
+def test_minimax_m25_fp8_pads_its_own_width_key(tmp_path, capsys):
+    """MiniMax-M2.5 FP8 (block 128) at TP 2: 64 per rank is no whole block, so the experts
+    are padded to 256 and config.json's ``intermediate_size`` (the key vLLM's
+    ``MiniMaxM2MoE`` reads) says so; ``"fmt": "float8_e4m3fn"`` is no error."""
+    config, tensors = minimax_m2()
+    src = write_checkpoint(tmp_path / "src", tensors, config)
+    assert policy(src).issues == []
+    assert errors(validate(src)) == []
+    dst = tmp_path / "out"
+    code, _, err = ckpt(capsys, "convert", str(src), str(dst), "--tp", "2")
+    assert code == 0, err
+    out = json.loads((dst / "config.json").read_text())
+    assert out["intermediate_size"] == 2 * INTER and "moe_intermediate_size" not in out
+    assert errors(validate(dst)) == []
+    code, _, err = ckpt(capsys, "verify", "--source", str(src), str(dst))
+    assert code == 0, err
