@@ -192,7 +192,8 @@ class CheckpointView(ConfigView):
     # -- a layer ------------------------------------------------------------------------------
     def hash_routed(self, layer: int) -> bool:
         """A DeepSeek-V4 hash-routed layer: its gate has a ``tid2eid`` table (headers only)."""
-        return f"{self.layer_facts(layer).prefix}.gate.{_HASH_TABLE}" in self.catalog.tensors
+        lf = self.layer_facts(layer)
+        return f"{lf.prefix}.{lf.naming.router_name}.{_HASH_TABLE}" in self.catalog.tensors
 
     def swiglu_limit(self) -> float | None:
         """DeepSeek-V4's activation clamp (config.json ``swiglu_limit``; other families: None).
@@ -207,12 +208,14 @@ class CheckpointView(ConfigView):
 
     def router(self, layer: int) -> Router:
         lf = self.layer_facts(layer)
-        gate = f"{lf.prefix}.gate"
+        gate = f"{lf.prefix}.{lf.naming.router_name}"
         weight = self._dense(f"{gate}.weight", "router weight")
         bias = None
-        for b in _BIAS_NAMES:
-            if f"{gate}.{b}" in self.catalog.tensors:
-                bias = self.read(f"{gate}.{b}", "router bias").float()
+        # under the router, or beside it on the MoE block (MiniMax-M3:
+        # block_sparse_moe.e_score_correction_bias, vLLM models/minimax_m3 MiniMaxM3MoE)
+        for b in [f"{gate}.{b}" for b in _BIAS_NAMES] + [f"{lf.prefix}.{b}" for b in _BIAS_NAMES]:
+            if b in self.catalog.tensors:
+                bias = self.read(b, "router bias").float()
                 break
         shared_gate = None
         if lf.has_shared_expert_gate:
@@ -266,6 +269,8 @@ class CheckpointView(ConfigView):
                     f"supported, this one is {entry.dtype} {list(entry.shape)} ({scheme.short()})"
                 )
             t = read_rows(self.catalog, entry, e, e + 1)[0]
+            if lf.naming.fused_3d_order == "in_out":  # [in, out] (Llama-4): a linear's [out, in]
+                t = t.transpose(0, 1).contiguous()
             out.append(Projection({"weight": t}, scheme, f"{name}[{e}]"))
         gate, up = split_gate_up(out[0])
         return ExpertWeights(gate, up, out[1])

@@ -22,13 +22,17 @@ from pydantic import BaseModel, ConfigDict, Field
 Proj = Literal["gate", "up", "down"]
 PROJS: tuple[Proj, ...] = ("gate", "up", "down")
 
-Family = Literal["deepseek_v3", "deepseek_v4", "qwen3_moe", "glm4_moe", "generic"]
-
 #: How routed experts are stored: one module per expert and projection
 #: (``experts.E.gate_proj``), one module per expert with gate and up fused
 #: (``experts.E.gate_up_proj`` [2I, H]), or 3-D tensors for all experts
 #: (``experts.gate_up_proj`` [E, 2I, H] and ``experts.down_proj`` [E, H, I]).
 RoutedLayout = Literal["per_expert", "per_expert_gate_up", "fused_3d"]
+
+#: How 3-D fused experts order their last two dims: ``out_in`` as a linear's weight
+#: (``gate_up_proj`` [E, 2I, H], ``down_proj`` [E, H, I]: Quark's and transformers' MoE
+#: modules) or ``in_out`` (``gate_up_proj`` [E, H, 2I], ``down_proj`` [E, I, H]: Llama-4,
+#: whose vLLM loader transposes them, ``llama4.py`` ``load_moe_expert_weights``).
+Fused3dOrder = Literal["out_in", "in_out"]
 
 #: How the shared expert is stored: one MLP (``shared_experts.gate_proj``; with n_shared > 1
 #: it is one MLP of width n_shared x I, as Quark writes it), one MLP per shared expert
@@ -52,6 +56,30 @@ class ExpertNaming(BaseModel):
     #: "shared_experts" (DeepSeek, GLM, DSV4) or "shared_expert" (Qwen, singular)
     shared_name: str = "shared_experts"
     shared_layout: SharedLayout = "single"
+    #: leaf of the router under the MoE block (``mlp.gate``; Llama-4 ``feed_forward.router``)
+    router_name: str = "gate"
+    #: dim order of 3-D fused experts (see ``Fused3dOrder``)
+    fused_3d_order: Fused3dOrder = "out_in"
+    #: the shared expert's own leaf names where they differ from the routed ones (MiniMax-M3:
+    #: routed ``experts.E.w1``, shared ``shared_experts.gate_proj``); None: ``proj_names``
+    shared_proj_names: dict[str, str] | None = None
+
+    def inter_axis(self, proj: str, *, three_d: bool = False) -> int:
+        """The axis of a stored weight holding the intermediate size: gate/up are
+        ``[..., I, H]`` and down ``[..., H, I]``; the other way round for ``in_out`` 3-D
+        fused experts (``three_d``)."""
+        flip = three_d and self.fused_3d_order == "in_out"
+        return (-2 if flip else -1) if proj == "down" else (-1 if flip else -2)
+
+    def hidden_axis(self, proj: str, *, three_d: bool = False) -> int:
+        """The axis holding ``hidden_size`` (the other of the last two)."""
+        return -3 - self.inter_axis(proj, three_d=three_d)
+
+    def intermediate_dim(self, proj: str, logical: tuple[int, ...], *, fused_gate_up: bool) -> int:
+        """Width of one expert in a stored weight's logical shape (``inter_axis``; a fused
+        gate_up holds two widths)."""
+        got = logical[self.inter_axis(proj, three_d=len(logical) == 3)]
+        return got // 2 if fused_gate_up and proj != "down" else got
 
 
 class MoeLayerFacts(BaseModel):
@@ -85,6 +113,9 @@ class MoeLayerFacts(BaseModel):
 
     def proj_name(self, proj: Proj) -> str:
         return self.naming.proj_names[proj]
+
+    def shared_proj_name(self, proj: Proj) -> str:
+        return (self.naming.shared_proj_names or self.naming.proj_names)[proj]
 
     def routed_module(self, e: int, proj: Proj) -> str:
         """Module owning routed expert ``e``'s projection ``proj``.
@@ -123,7 +154,7 @@ class MoeLayerFacts(BaseModel):
             base = f"{base}.{0 if j is None else j}"
         if self.naming.shared_layout == "single_gate_up" and proj != "down":
             return f"{base}.{self.naming.gate_up_name}"
-        return f"{base}.{self.proj_name(proj)}"
+        return f"{base}.{self.shared_proj_name(proj)}"
 
     def shared_modules(self) -> list[str]:
         """Every distinct shared projection module of the layer, in a stable order."""
@@ -153,7 +184,8 @@ class ModelFacts(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    family: Family
+    #: a row of the family table (``families_data/families.yaml``) or ``"generic"``
+    family: str
     model_type: str | None = None
     hidden_size: int
     num_hidden_layers: int
@@ -163,6 +195,15 @@ class ModelFacts(BaseModel):
     moe_layers: list[MoeLayerFacts] = Field(default_factory=list)
     #: how the facts were obtained when the config alone did not say (generic fallback)
     notes: list[str] = Field(default_factory=list)
+    #: the config.json key stating the routed experts' width (the family's
+    #: ``keys.moe_intermediate_size``: MiniMax's ``intermediate_size``); a padded output
+    #: writes its padded width there
+    width_key: str = Field(default="moe_intermediate_size", exclude=True)
+    #: the key stating a separate shared-expert width (Qwen's
+    #: ``shared_expert_intermediate_size``); None: the shared MLP is n_shared routed widths
+    shared_width_key: str | None = Field(default=None, exclude=True)
+    #: why the family's vLLM model never fuses shared experts (None: it may, per layer gate)
+    fse_unsupported: str | None = Field(default=None, exclude=True)
 
     def layer(self, index: int) -> MoeLayerFacts | None:
         for m in self.moe_layers:

@@ -1,7 +1,9 @@
 """Detect how a checkpoint spells one MoE layer's expert projections, from its tensor names.
 
 Families have a default spelling; real checkpoints vary (per-expert vs 3-D fused experts,
-``gate_proj`` vs ``w1``, ``shared_experts`` vs Qwen's singular ``shared_expert``). With tensor
+``gate_proj`` vs ``w1``, ``shared_experts`` vs Qwen's singular ``shared_expert``, and a shared
+expert spelled unlike the routed ones: MiniMax-M3's ``experts.E.w1`` next to
+``shared_experts.gate_proj``). With tensor
 names at hand we look up a handful of candidate names per layer (set membership, no scan).
 
 Example::
@@ -43,10 +45,32 @@ def detect_naming(prefix: str, names: Collection[str], default: ExpertNaming) ->
         layout = _shared_layout(base, names, spellings)
         if layout is not None:
             fields.update(shared_name=shared, shared_layout=layout[0])
-            if layout[1] is not None and "proj_names" not in fields:
-                fields["proj_names"] = dict(layout[1])
+            spelled = layout[1]
+            if spelled is not None and layout[0] == "single":
+                spelled = _per_projection(base, names, spelled)
+            if spelled is not None and "proj_names" not in fields and not default.shared_proj_names:
+                fields["proj_names"] = dict(spelled)
+            elif spelled is not None:
+                ours = fields.get("proj_names", default.proj_names)
+                fields["shared_proj_names"] = None if spelled == ours else dict(spelled)
             break
     return default.model_copy(update=fields) if fields else default
+
+
+def _per_projection(base: str, names: Collection[str], spelled: dict[str, str]) -> dict[str, str]:
+    """``spelled`` with each projection whose leaf is absent replaced by another spelling's
+    that is there: vLLM's DeepSeek-V4 mapper renames only ``.shared_experts.w2`` to
+    ``.shared_experts.down_proj`` (``models/deepseek_v4/amd/model.py``
+    ``_make_deepseek_v4_weights_mapper``), leaving ``w1`` / ``w3``."""
+    out = dict(spelled)
+    for proj, leaf in spelled.items():
+        if f"{base}.{leaf}.weight" in names:
+            continue
+        for other in _SPELLINGS:
+            if f"{base}.{other[proj]}.weight" in names:
+                out[proj] = other[proj]
+                break
+    return out
 
 
 def _shared_layout(

@@ -2,7 +2,8 @@
 
 Edits (everything else is copied as it is):
 
-- ``moe_intermediate_size`` -> the padded size when experts were padded: vLLM allocates each
+- ``moe_intermediate_size`` (the family's width key: ``ModelFacts.width_key``, MiniMax's
+  ``intermediate_size``) -> the padded size when experts were padded: vLLM allocates each
   expert parameter from it and narrows the checkpoint tensor by ``size // tp`` per rank, so
   the config must say the size the tensors have. Qwen-style ``shared_expert_intermediate_size``
   likewise. DeepSeek-style shared MLPs are ``n_shared_experts * moe_intermediate_size`` wide
@@ -35,7 +36,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from checkpoint_tool.model.config_fields import config_parts
-from checkpoint_tool.plan.geometry import SHARED_KEY, Geometry
+from checkpoint_tool.plan.geometry import Geometry
 
 if TYPE_CHECKING:
     from checkpoint_tool.catalog.catalog import Catalog
@@ -136,16 +137,20 @@ def edit_config(
         return None, []
     out = copy.deepcopy(dict(config))
     notes: list[str] = []
-    if geometry.size is not None and geometry.padded is not None and geometry.padded != geometry.size:
-        _set_key(out, "moe_intermediate_size", geometry.padded)
+    if (
+        geometry.size is not None
+        and geometry.padded is not None
+        and geometry.padded != geometry.size
+    ):
+        _set_key(out, geometry.size_key, geometry.padded)
         notes.append(
-            f"config.json: moe_intermediate_size {geometry.size} -> {geometry.padded} (padded "
+            f"config.json: {geometry.size_key} {geometry.size} -> {geometry.padded} (padded "
             f"so each of {geometry.moe_tp} rank(s) holds {geometry.padded // geometry.moe_tp})"
         )
     if geometry.shared_size is not None and geometry.shared_padded != geometry.shared_size:
-        _set_key(out, SHARED_KEY, geometry.shared_padded)
+        _set_key(out, geometry.shared_key, geometry.shared_padded)
         notes.append(
-            f"config.json: {SHARED_KEY} {geometry.shared_size} -> {geometry.shared_padded}"
+            f"config.json: {geometry.shared_key} {geometry.shared_size} -> {geometry.shared_padded}"
         )
     qc = out.get("quantization_config")
     if isinstance(qc, dict) and module_renames:

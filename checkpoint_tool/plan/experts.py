@@ -43,8 +43,16 @@ class ExpertPart(NamedTuple):
 
     @property
     def dim(self) -> int:
-        """Logical dim holding the intermediate size: columns of down, rows otherwise."""
-        return -1 if self.proj == "down" else -2
+        """Logical dim holding the intermediate size: columns of down, rows otherwise (the
+        other way round for ``in_out`` 3-D fused experts, ``ExpertNaming.inter_axis``)."""
+        return self.layer.naming.inter_axis(self.proj, three_d=self.fused_3d)
+
+    @property
+    def unfused(self) -> bool:
+        """A 3-D fused tensor written as per-expert tensors (``out_in`` order: the DeepSeek
+        loaders read per-expert experts); ``in_out`` ones (Llama-4) are written as they are,
+        padded in place: vLLM's loader reads and transposes them itself."""
+        return self.fused_3d and self.layer.naming.fused_3d_order == "out_in"
 
     @property
     def segments(self) -> int:

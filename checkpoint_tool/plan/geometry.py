@@ -28,6 +28,7 @@ from checkpoint_tool.policy.decision import PolicyDecision
 from checkpoint_tool.quant.storage import round_up
 
 SHARED_KEY = "shared_expert_intermediate_size"
+WIDTH_KEY = "moe_intermediate_size"
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,10 @@ class Geometry:
     #: Qwen-style separate shared width, before/after padding
     shared_size: int | None = None
     shared_padded: int | None = None
+    #: the config.json keys of the routed and the separate shared width (``ModelFacts``'s
+    #: ``width_key`` / ``shared_width_key``, family data): where a padded output writes them
+    size_key: str = WIDTH_KEY
+    shared_key: str = SHARED_KEY
 
     @property
     def pads(self) -> bool:
@@ -92,9 +97,11 @@ def plan_geometry(
     """
     layers = decision.facts.moe_layers
     tp, moe_tp = decision.tp, decision.moe_tp
+    size_key = decision.facts.width_key
+    shared_key = decision.facts.shared_width_key or SHARED_KEY
     if not layers:
-        return Geometry(tp=tp, moe_tp=tp)
-    separate = config_field(config, SHARED_KEY) is not None
+        return Geometry(tp=tp, moe_tp=tp, size_key=size_key, shared_key=shared_key)
+    separate = config_field(config, shared_key) is not None
     units: list[int] = []
     shared_units: list[int] = []
     chosen: set[int] = set()
@@ -127,7 +134,7 @@ def plan_geometry(
         )
     shared_size = shared_padded = None
     if separate:
-        shared_size = int(config_field(config, SHARED_KEY))
+        shared_size = int(config_field(config, shared_key))
         shared_padded = (
             shared_size
             if not shared_units or shared_size % math.lcm(*shared_units) == 0
@@ -141,4 +148,6 @@ def plan_geometry(
         pad_to=math.lcm(*chosen) if pad_to is None else pad_to,
         shared_size=shared_size,
         shared_padded=shared_padded,
+        size_key=size_key,
+        shared_key=shared_key,
     )

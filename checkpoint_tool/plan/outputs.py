@@ -129,7 +129,7 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
     experts = expert_columns(inputs.facts, cols)
     kind = experts.kind_of(cols.module[rows])
     one_by_one = np.array(
-        [p.fused_3d or (p.kind == "shared" and bool(inputs.fse_layers.get(p.layer.layer)))
+        [p.unfused or (p.kind == "shared" and bool(inputs.fse_layers.get(p.layer.layer)))
          for p in experts.kinds] + [False],
         bool,
     )[kind]  # fmt: skip
@@ -198,6 +198,9 @@ def _place_bulk(
         return np.where(padding, column.astype(np.int64), -1)
 
     weight = padded(cutter.weight_row[cols.module[rows]])
+    # a 3-D fused expert tensor kept fused (``in_out`` order) is its own weight: no suffix
+    fused_3d = np.array([p.fused_3d for p in experts.kinds] + [False], bool)[kind]
+    weight = np.where(padding & fused_3d, rows, weight)
     w = np.maximum(weight, 0)
     columns = [
         dtype[rows], shape_id[rows], renamed.step_ids, np.frombuffer(renamed.kept, np.uint8),
@@ -301,7 +304,7 @@ def _place(
     rename = partial(inputs.rules.rename, scheme=scheme, drop_checked=True)
     geo = inputs.geometry
     layer = part.layer
-    if part.fused_3d:
+    if part.unfused:
         placed = unfuse(entry, role, inputs.codec(scheme), part, target=geo.routed_target())
         return [
             (replace(rename(per_expert, is_scale=False), source=name, unfused=True), p)
@@ -436,7 +439,7 @@ class _Cutter:
         target: int,
         width: int,
     ) -> Placement:
-        weight = self._weight(row)
+        weight = row if part.fused_3d else self._weight(row)
         w_entry = entry if weight == row else self.table.entry(weight)
         codec = self.codec(int(self.cols.scheme[weight]))
         key = (codec, w_entry.dtype, w_entry.shape)

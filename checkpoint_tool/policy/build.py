@@ -23,8 +23,13 @@ from checkpoint_tool.errors import UsageError
 from checkpoint_tool.model import PROJS, MoeLayerFacts, family_of, model_facts
 from checkpoint_tool.policy.decision import FseDecision, FseMode, LayerDecision, PolicyDecision
 from checkpoint_tool.policy.engine.model import Target, load_rule_table
-from checkpoint_tool.policy.fse import apply_model_rules, decide_layer, prefused_decision
-from checkpoint_tool.policy.fse_gates import OK, vllm_fse_gate
+from checkpoint_tool.policy.fse import (
+    apply_model_rules,
+    decide_layer,
+    fse_model,
+    prefused_decision,
+)
+from checkpoint_tool.policy.fse_gates import OK, model_no_fse, vllm_fse_gate
 from checkpoint_tool.policy.fse_layout import layout_check
 from checkpoint_tool.policy.prefused import prefused_slots
 from checkpoint_tool.policy.report import PolicyReport
@@ -79,12 +84,20 @@ def decide_policy(
             )
             continue
         gate = layout = OK  # no shared experts: nothing to gate
-        if layer.n_shared:
+        if layer.n_shared and facts.fse_unsupported:
+            gate = model_no_fse(facts.fse_unsupported)
+        elif layer.n_shared:
             gate = vllm_fse_gate(rc.qconfig, raw_qc, facts, layer, tgt.version)
             layout = layout_check(layer, routed, shared)
         verdicts[layer.layer] = decide_layer(layer, gate=gate, layout=layout, mode=fse)
     verdicts, option_issues = apply_model_rules(
-        verdicts, mode=fse, ep=ep, eplb=eplb, all2all=all2all, target=tgt
+        verdicts,
+        mode=fse,
+        ep=ep,
+        eplb=eplb,
+        all2all=all2all,
+        target=tgt,
+        models={m.layer: fse_model(m) for m in facts.moe_layers},
     )
     layers = {
         layer.layer: _layer_decision(layer, *stored[layer.layer], verdicts[layer.layer])

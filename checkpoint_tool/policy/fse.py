@@ -8,8 +8,14 @@ some layers and not others.
 Then the target's rule (``--fse auto`` only): fuse exactly what the ``--target`` engine fuses
 when it loads the output. A stock CUDA / CPU vLLM fuses none (FSE is a ROCm AITER feature,
 off unless ``VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS=1``), so every layer stays unfused; an
-all-or-nothing engine (0.33 with AITER FSE) fuses every MoE layer or none, so one layer its
-gate refuses turns FSE off everywhere; a per-layer engine keeps the per-layer decisions.
+all-or-nothing engine (0.33 with AITER FSE) fuses every MoE layer *of one model* or none, so
+one layer its gate refuses turns FSE off on every layer of that model; a per-layer engine keeps
+the per-layer decisions. The main model and its MTP drafter are separate models to vLLM: each
+calls ``is_model_fused_shared_expert_compatible`` (``model_executor/layers/fused_moe/utils.py``)
+on its own layers (``DeepseekV2Model.__init__`` in ``models/deepseek_v2.py`` on
+``self.layers``; ``DeepSeekMTP.__init__`` in ``models/deepseek_mtp.py`` on the
+MTP layers; likewise ``qwen3_next.py`` / ``qwen3_next_mtp.py``), so a BF16 MTP layer that cannot
+fuse leaves the main model's FSE alone (``fse_model``).
 ``--fse on`` ignores the target (slots wherever the gates allow; the engine verdict says
 which targets load the result).
 
@@ -28,6 +34,7 @@ Example::
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from checkpoint_tool.model import MoeLayerFacts
@@ -119,10 +126,29 @@ def prefused_decision(slots: list[int], chunk_size: int) -> FseDecision:
     )
 
 
+def fse_model(layer: MoeLayerFacts) -> str:
+    """The model whose all-or-nothing FSE state a MoE layer joins: ``"mtp"`` for a layer of the
+    MTP drafter, ``"main"`` otherwise (see the module docstring)."""
+    return "mtp" if layer.is_mtp else "main"
+
+
+def by_model(layers: Iterable[int], models: Mapping[int, str] | None) -> dict[str, list[int]]:
+    """``layers`` grouped by ``models`` (layer -> ``fse_model``; None or absent: ``"main"``)."""
+    out: dict[str, list[int]] = {}
+    for k in sorted(layers):
+        out.setdefault((models or {}).get(k, "main"), []).append(k)
+    return out
+
+
 def apply_target_rule(
-    decisions: dict[int, FseDecision], *, mode: FseMode, target: Target | None
+    decisions: dict[int, FseDecision],
+    *,
+    mode: FseMode,
+    target: Target | None,
+    models: Mapping[int, str] | None = None,
 ) -> dict[int, FseDecision]:
-    """``--fse auto``: keep only what ``target`` (an engine ``Target``) fuses at load time."""
+    """``--fse auto``: keep only what ``target`` (an engine ``Target``) fuses at load time;
+    ``models`` (layer -> ``fse_model``) says which layers share one all-or-nothing state."""
     if mode != "auto" or target is None or target.fse == "per_layer":
         return decisions
     out = dict(decisions)
@@ -136,17 +162,24 @@ def apply_target_rule(
         for k in movable:
             out[k] = _off("target_no_fse", OPTION_REASONS["target_no_fse"], params, "target")
         return out
-    off = [
-        k
-        for k, d in decisions.items()
-        if not d.enabled and d.code not in ("no_shared_experts", "fse_off")
-    ]
-    if off and movable:
+    for group in by_model(decisions, models).values():
+        off = [
+            k
+            for k in group
+            if not decisions[k].enabled
+            and decisions[k].code not in ("no_shared_experts", "fse_off")
+        ]
+        if not off:
+            continue
         params = {"target": target.name, "n_off": str(len(off))}
-        for k in movable:
-            out[k] = _off(
-                "target_all_or_nothing", OPTION_REASONS["target_all_or_nothing"], params, "target"
-            )
+        for k in group:
+            if k in movable:
+                out[k] = _off(
+                    "target_all_or_nothing",
+                    OPTION_REASONS["target_all_or_nothing"],
+                    params,
+                    "target",
+                )
     return out
 
 
@@ -158,11 +191,12 @@ def apply_model_rules(
     eplb: bool,
     all2all: str | None,
     target: Target | None = None,
+    models: Mapping[int, str] | None = None,
 ) -> tuple[dict[int, FseDecision], list[Issue]]:
-    """Apply the model-wide rules: the target's (``--fse auto``), parallelism flags against a
-    layer mix, and ``--fse on``."""
+    """Apply the model-wide rules: the target's (``--fse auto``, per model of ``models``),
+    parallelism flags against a layer mix, and ``--fse on``."""
     issues: list[Issue] = []
-    decisions = apply_target_rule(decisions, mode=mode, target=target)
+    decisions = apply_target_rule(decisions, mode=mode, target=target, models=models)
     applicable = {
         k: d for k, d in decisions.items() if d.code != "no_shared_experts" and d.source != "target"
     }

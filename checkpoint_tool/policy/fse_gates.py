@@ -106,6 +106,13 @@ class GateResult(NamedTuple):
 OK = GateResult(True, "ok")
 
 
+def model_no_fse(reason: str) -> GateResult:
+    """The verdict for every layer of a model whose vLLM class never fuses its shared expert
+    (the family table's ``fse.supported: false``, e.g. Llama-4: ``llama4.py`` ``Llama4MoE``
+    hands ``shared_expert`` to FusedMoE as a separate module, with no fused slots)."""
+    return GateResult(False, "model_no_fse", "{reason}", {"reason": reason})
+
+
 def _version(version: Any) -> tuple[int, ...]:
     if version is None:
         return (0, 33)

@@ -23,7 +23,7 @@ Example (YAML)::
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -185,8 +185,9 @@ class Recipe(_Strict):
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
     description: str = ""
-    #: model family the rules are written for (``checkpoint_tool.model`` family names)
-    family: Literal["deepseek_v3", "deepseek_v4", "qwen3_moe", "glm4_moe", "generic"] = "generic"
+    #: model family the rules are written for: a row of the family table
+    #: (``model/families_data/families.yaml``) or "generic"
+    family: str = "generic"
     #: the runtime whose loader reads the output, e.g. "vLLM 0.33"
     target: str = ""
     match: Match = Field(default_factory=Match)
@@ -198,6 +199,15 @@ class Recipe(_Strict):
     fse: FseSupport = Field(default_factory=FseSupport)
     #: where the recipe came from (bundled name or file path); set by the loader
     origin: str = Field(default="", exclude=True)
+
+    @field_validator("family")
+    @classmethod
+    def _known_family(cls, value: str) -> str:
+        from checkpoint_tool.model.families import FAMILIES
+
+        if value != "generic" and value not in FAMILIES:
+            raise ValueError(f"unknown family {value!r}; known: {sorted(FAMILIES)} or generic")
+        return value
 
 
 def recipe_json_schema() -> dict[str, Any]:

@@ -37,17 +37,13 @@ import torch
 from pydantic import BaseModel, ConfigDict
 
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.model.families import routing_defaults
 
 ScoringFunc = Literal["softmax", "sigmoid", "sqrtsoftplus"]
 TopkMethod = Literal["greedy", "group_limited_greedy", "noaux_tc"]
 
 #: config.json keys that name the number of experts chosen per token, by family
 _TOP_K_KEYS = ("num_experts_per_tok", "moe_topk", "n_activated_experts", "top_k")
-#: families whose config omits scoring_func / topk_method but always route like DeepSeek-V3
-_NOAUX_SIGMOID_FAMILIES = ("glm4_moe", "deepseek_v3")
-#: DeepSeek-V4: vLLM's ``getattr(config, "scoring_func", "sqrtsoftplus")``
-#: (``models/deepseek_v4/amd/model.py`` ``DeepseekV4MoE.__init__``)
-_SQRTSOFTPLUS_FAMILIES = ("deepseek_v4", "deepseek_v41")
 
 
 class RoutingConfig(BaseModel):
@@ -77,12 +73,11 @@ class RoutingConfig(BaseModel):
                 f"{source}: no top-k field ({' / '.join(_TOP_K_KEYS)}); "
                 "this is not a MoE config, or pass the routing config explicitly"
             )
-        model_type = str(config.get("model_type", ""))
-        default_noaux = model_type in _NOAUX_SIGMOID_FAMILIES
-        v4 = model_type in _SQRTSOFTPLUS_FAMILIES
-        default_scoring = "sqrtsoftplus" if v4 else "sigmoid" if default_noaux else "softmax"
-        scoring = config.get("scoring_func") or default_scoring
-        method = config.get("topk_method") or ("noaux_tc" if default_noaux or v4 else "greedy")
+        # what a model type assumes when config.json omits them: family data
+        # (model/families_data/families.yaml ``routing``), else softmax / greedy
+        defaults = routing_defaults(str(config.get("model_type", "")))
+        scoring = config.get("scoring_func") or (defaults.scoring_func if defaults else "softmax")
+        method = config.get("topk_method") or (defaults.topk_method if defaults else "greedy")
         if scoring not in ("softmax", "sigmoid", "sqrtsoftplus"):
             raise InputError(
                 f"{source}: scoring_func {scoring!r} is not supported by the runtime "

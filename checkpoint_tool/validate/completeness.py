@@ -234,13 +234,16 @@ def check_layers_present(ctx: ValidationContext) -> list[Issue]:
             )
         )
     n_mtp = facts.num_mtp_layers
-    nextn = [i for i in range(n, n + n_mtp) if i not in found]
+    # an MTP layer the facts kept has its tensors (under its own root: mtp.layers.K,
+    # model.mtp.layers.K, ...; present_mtp_layers keeps only those)
+    kept = {m.layer for m in facts.moe_layers if m.is_mtp}
+    nextn = [i for i in range(n, n + n_mtp) if i not in found and i not in kept]
     if nextn and not any(n_.startswith("mtp.") for n_ in ctx.all_names):
         out.append(
             _warn(
                 "layers_present",
-                f"MTP layer(s) {', '.join(map(str, nextn))} declared by "
-                "num_nextn_predict_layers are absent; speculative decoding with them will fail",
+                f"MTP layer(s) {', '.join(map(str, nextn))} declared by config.json are "
+                "absent; speculative decoding with them will fail",
             )
         )
     return out

@@ -172,9 +172,9 @@ def test_scale_tensor_of_wrong_shape(tmp_path, capsys):
     [
         ({"quant_method": "awq", "bits": 4}, "'awq' is not supported"),
         ({**MXFP4_QC, "exclude": "lm_head"}, "exclude"),
-        ({"quant_method": "fp8", "fmt": "e5m2", "weight_block_size": [128, 128]}, "e5m2"),
+        ({"quant_method": "fp8", "weight_block_size": [128]}, "weight_block_size"),
     ],
-    ids=["unsupported-method", "malformed-quark", "fp8-e5m2"],
+    ids=["unsupported-method", "malformed-quark", "fp8-block-size"],
 )
 def test_unsupported_or_malformed_quant_config(tmp_path, capsys, qc, needle):
     root = _ckpt(tmp_path, qc=qc)

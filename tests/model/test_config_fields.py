@@ -141,7 +141,15 @@ def test_geometry_reads_the_shared_width_where_the_model_facts_do():
         shared_intermediate_size=256,
     )
     off = FseDecision(enabled=False, code="fse_off")
-    facts = type("Facts", (), {"moe_layers": [layer]})()
+    facts = type(
+        "Facts",
+        (),
+        {
+            "moe_layers": [layer],
+            "width_key": "moe_intermediate_size",
+            "shared_width_key": "shared_expert_intermediate_size",
+        },
+    )()
     decision = PolicyDecision(
         target=None,
         tp=2,

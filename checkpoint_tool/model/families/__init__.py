@@ -13,14 +13,25 @@ from __future__ import annotations
 from typing import Any
 
 from checkpoint_tool.model.config_fields import config_parts
-from checkpoint_tool.model.families.spec import FamilySpec, load_families
+from checkpoint_tool.model.families.spec import FamilySpec, RoutingDefaults, load_families
 
 #: family name -> its row of the table, in the order families are tried
 FAMILIES: dict[str, FamilySpec] = load_families()
 
 
+def routing_defaults(model_type: str) -> RoutingDefaults | None:
+    """The routing a model type assumes when config.json omits ``scoring_func`` /
+    ``topk_method`` (the table's ``routing`` entries), or None: the runtime's own defaults
+    (softmax, greedy)."""
+    for spec in FAMILIES.values():
+        if model_type in spec.routing:
+            return spec.routing[model_type]
+    return None
+
+
 def family_of(config: dict[str, Any] | None) -> str:
-    """``deepseek_v3`` | ``deepseek_v4`` | ``qwen3_moe`` | ``glm4_moe`` | ``generic``.
+    """The name of the table's row that describes ``config`` (``deepseek_v3``, ``qwen3_moe``,
+    ``minimax_m3``, ``llama4``, ...), or ``generic``.
 
     ``model_type`` decides, of any part of config.json (a multimodal wrapper's own, e.g.
     ``qwen3_5_moe``, or its ``text_config``'s, ``qwen3_5_moe_text``); then the architecture

@@ -14,7 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-from checkpoint_tool.model.config_fields import ConfigView, text_config
+from checkpoint_tool.model.config_fields import ConfigView, config_parts, text_config
 from checkpoint_tool.model.facts import ExpertNaming, ModelFacts, MoeLayerFacts
 from checkpoint_tool.model.families.spec import FamilySpec
 from checkpoint_tool.model.naming import choose_root, detect_naming
@@ -68,13 +68,22 @@ _MTP_PARENT_PROBES = ("eh_proj.weight", "enorm.weight", "input_layernorm.weight"
 
 
 def present_mtp_layers(
-    prefixes: list[tuple[int, str]], names: Collection[str] | None, notes: list[str]
+    prefixes: list[tuple[int, str]],
+    names: Collection[str] | None,
+    notes: list[str],
+    *,
+    declared: bool = True,
 ) -> list[tuple[int, str]]:
-    """Keep the MTP layers whose tensors are in the checkpoint (all of them without names).
+    """Keep the MTP layers whose tensors are in the checkpoint (all of them without names,
+    when config.json ``declared`` them).
 
     Many converted checkpoints drop the MTP layer; a declared-but-absent MTP layer is noted,
-    not treated as a MoE layer with missing experts.
+    not treated as a MoE layer with missing experts. A layer only vLLM's default count
+    implies (``declared=False``) is kept when its tensors are there and silently left out
+    otherwise.
     """
+    if names is None and not declared:
+        return []
     if names is None:
         return prefixes
     kept = []
@@ -86,7 +95,7 @@ def present_mtp_layers(
         ]
         if any(p in names for p in probes) or any(n.startswith(parent) for n in names):
             kept.append((layer, prefix))
-        else:
+        elif declared:
             notes.append(
                 f"config declares MTP layer {layer} ({parent}*) but the checkpoint has no "
                 "tensors for it: skipped"
@@ -119,10 +128,12 @@ def build_facts(
     moe = spec.moe_layers.select(cfg, n_layers, n_routed)
     root = choose_root(spec.decoder_roots(text_config(config) is not config), names)
     block = spec.layers.block
-    declared = spec.mtp.prefixes(cfg, root, n_layers, block, names)
+    types = {doc.get("model_type") for doc in config_parts(config)} - {None}
+    n_mtp, stated = spec.mtp.count_of(cfg, types)  # type: ignore[arg-type]
+    declared = spec.mtp.prefixes(n_mtp, root, n_layers, block, names)
     sizes = Sizes(n_routed, n_shared, moe_i, shared_i, cfg.opt_int(keys.top_k, 0))
     notes: list[str] = []
-    mtp = present_mtp_layers(declared, names, notes)
+    mtp = present_mtp_layers(declared, names, notes, declared=stated)
     layers = [
         layer_facts(i, prefix, sizes, names=names, default=spec.naming, is_mtp=i >= n_layers)
         for i, prefix in [(i, f"{root}.{i}.{block}") for i in moe] + mtp
@@ -134,8 +145,12 @@ def build_facts(
         model_type=config.get("model_type"),
         hidden_size=hidden,
         num_hidden_layers=n_layers,
-        num_mtp_layers=len(declared),
+        # vLLM's drafter allocates the count it reads or defaults (kept layers when defaulted)
+        num_mtp_layers=len(declared) if stated else len(mtp),
         expert_dtype=expert_dtype if isinstance(expert_dtype, str) else None,
         moe_layers=layers,
         notes=notes,
+        width_key=keys.moe_intermediate_size,
+        shared_width_key=getattr(spec.shared, "width", None),
+        fse_unsupported=None if spec.fse.supported else spec.fse.reason,
     )

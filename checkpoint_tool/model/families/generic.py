@@ -89,6 +89,13 @@ def build(
             )
         )
     hidden = cfg.opt_int("hidden_size", 0) or _hidden_from_shapes(layers, shapes)
+    # the key the width was read from is the one a padded output must rewrite (MiniMax-M2:
+    # intermediate_size; vLLM minimax_m2.py MiniMaxM2MoE builds FusedMoE from it)
+    width_key = "moe_intermediate_size"
+    widths = {m.moe_intermediate_size for m in layers}
+    if cfg.get(width_key) is None and widths == {cfg.get("intermediate_size")}:
+        width_key = "intermediate_size"
+    shared_key = "shared_expert_intermediate_size"
     return ModelFacts(
         family="generic",
         model_type=(config or {}).get("model_type"),
@@ -97,6 +104,8 @@ def build(
         num_mtp_layers=sum(1 for m in layers if m.is_mtp),
         moe_layers=layers,
         notes=notes,
+        width_key=width_key,
+        shared_width_key=shared_key if cfg.get(shared_key) is not None else None,
     )
 
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.model.config_fields import ConfigView
-from checkpoint_tool.model.facts import ExpertNaming, Family
+from checkpoint_tool.model.facts import ExpertNaming
 from checkpoint_tool.model.naming import choose_root
 from checkpoint_tool.yamlio import safe_load
 
@@ -54,9 +54,11 @@ class FirstKDense(_Data):
     rule: Literal["first_k_dense"]
     first_k: str | None = None
     freq: str | None = None
+    #: ``config[first_k]`` when config.json omits it (the model config class's default)
+    first_k_default: int = 0
 
     def select(self, cfg: ConfigView, n_layers: int, n_routed: int) -> list[int]:
-        first_k = cfg.opt_int(self.first_k, 0) if self.first_k else 0
+        first_k = cfg.opt_int(self.first_k, self.first_k_default) if self.first_k else 0
         freq = cfg.opt_int(self.freq, 1) if self.freq else 1
         if freq <= 0:
             raise InputError(f"config.json: {self.freq} must be >= 1, got {freq}; fix config.json")
@@ -69,14 +71,48 @@ class SparseStep(_Data):
 
     rule: Literal["sparse_step"]
     step: str
-    mlp_only: str
+    mlp_only: str | None = None
 
     def select(self, cfg: ConfigView, n_layers: int, n_routed: int) -> list[int]:
         step = cfg.opt_int(self.step, 1) or 1
-        dense = set(cfg.int_list(self.mlp_only))
+        dense = set(cfg.int_list(self.mlp_only)) if self.mlp_only else set()
         return [
             i for i in range(n_layers) if i not in dense and n_routed > 0 and (i + 1) % step == 0
         ]
+
+
+class LayerList(_Data):
+    """Layer ``i`` is MoE by a per-layer list ``config[key]``: entry ``i`` equals ``moe_value``
+    (None: any non-zero entry). A list shorter than the model repeats its last entry when
+    ``pad_with_last`` (else it is an error). With no list in config.json, ``absent`` decides
+    (another rule), else every layer from ``absent_first_dense`` on (the list the model's
+    config class defaults to)."""
+
+    rule: Literal["layer_list"]
+    key: str
+    moe_value: int | str | None = None
+    pad_with_last: bool = False
+    absent: FirstKDense | None = None
+    absent_first_dense: int = 0
+
+    def select(self, cfg: ConfigView, n_layers: int, n_routed: int) -> list[int]:
+        flags = cfg.get(self.key)
+        if flags is None:
+            if self.absent is not None:
+                return self.absent.select(cfg, n_layers, n_routed)
+            return list(range(self.absent_first_dense, n_layers))
+        if not isinstance(flags, list) or any(isinstance(f, (dict, list)) for f in flags):
+            raise InputError(f"config.json: {self.key!r} must be a list per layer, got {flags!r}")
+        if len(flags) < n_layers:
+            if not (self.pad_with_last and flags):
+                raise InputError(
+                    f"config.json: {self.key!r} lists {len(flags)} layers but num_hidden_layers "
+                    f"is {n_layers}; fix config.json"
+                )
+            flags = flags + [flags[-1]] * (n_layers - len(flags))
+        if self.moe_value is None:
+            return [i for i in range(n_layers) if flags[i] not in (0, None, False)]
+        return [i for i in range(n_layers) if flags[i] == self.moe_value]
 
 
 class EveryLayer(_Data):
@@ -88,19 +124,22 @@ class EveryLayer(_Data):
         return list(range(n_layers))
 
 
-MoeLayerRule = Annotated[FirstKDense | SparseStep | EveryLayer, Field(discriminator="rule")]
+MoeLayerRule = Annotated[
+    FirstKDense | SparseStep | LayerList | EveryLayer, Field(discriminator="rule")
+]
 
 
 class CountShared(_Data):
-    """``config[count]`` shared experts (absent: 0), one MLP ``count * moe_intermediate_size``
-    wide."""
+    """``config[count]`` shared experts (absent: ``default``, the model config class's
+    default), one MLP ``count * moe_intermediate_size`` wide."""
 
     rule: Literal["count"]
     count: str
+    default: int = 0
 
     def sizes(self, cfg: ConfigView, moe_i: int) -> tuple[int, int]:
         """(number of shared experts, total width)."""
-        n_shared = cfg.opt_int(self.count, 0)
+        n_shared = cfg.opt_int(self.count, self.default)
         return n_shared, n_shared * moe_i
 
 
@@ -116,7 +155,35 @@ class WidthShared(_Data):
         return (1 if width > 0 else 0), width
 
 
-SharedRule = Annotated[CountShared | WidthShared, Field(discriminator="rule")]
+class FixedShared(_Data):
+    """``count`` shared experts whatever config.json says (Llama-4: always one), one MLP
+    ``count * moe_intermediate_size`` wide."""
+
+    rule: Literal["fixed"]
+    count: int = Field(ge=0)
+
+    def sizes(self, cfg: ConfigView, moe_i: int) -> tuple[int, int]:
+        """(number of shared experts, total width)."""
+        return self.count, self.count * moe_i
+
+
+SharedRule = Annotated[CountShared | WidthShared | FixedShared, Field(discriminator="rule")]
+
+
+class RoutingDefaults(_Data):
+    """How a model type routes when config.json omits the routing keys (the values vLLM's
+    model class or the config class assume)."""
+
+    scoring_func: Literal["softmax", "sigmoid", "sqrtsoftplus"]
+    topk_method: Literal["greedy", "group_limited_greedy", "noaux_tc"]
+
+
+class Fse(_Data):
+    """Whether the family's vLLM model can fuse its shared experts at all (``supported``;
+    the model's own words why not in ``reason``)."""
+
+    supported: bool = True
+    reason: str = ""
 
 
 class Layers(_Data):
@@ -128,17 +195,43 @@ class Layers(_Data):
     block: str
 
 
+class MtpCount(_Data):
+    """The MTP layer count of one model type: ``config[key]``, else the count vLLM's drafter
+    assumes when config.json has none (``default``)."""
+
+    key: str | None = None
+    default: int = 0
+
+
 class Mtp(_Data):
-    """MTP layers: how many (``count`` key) and where (see the table's header)."""
+    """MTP layers: how many (``count`` key, ``default``; ``by_model_type`` overrides both per
+    config.json ``model_type``) and where (see the table's header)."""
 
     count: str | None = None
+    #: the count vLLM's drafter assumes when config.json has no ``count`` key
+    default: int = 0
+    by_model_type: dict[str, MtpCount] = Field(default_factory=dict)
     roots: list[str] | dict[str, list[str]] | None = None
 
+    def count_of(self, cfg: ConfigView, model_types: Collection[str]) -> tuple[int, bool]:
+        """(number of MTP layers, whether config.json states it) for a model of
+        ``model_types`` (every ``model_type`` of config.json's parts)."""
+        rule = next(
+            (self.by_model_type[t] for t in sorted(model_types) if t in self.by_model_type),
+            MtpCount(key=self.count, default=self.default),
+        )
+        value = cfg.opt_int(rule.key, -1) if rule.key else -1
+        return (value, True) if value >= 0 else (rule.default, False)
+
     def prefixes(
-        self, cfg: ConfigView, root: str, n_layers: int, block: str, names: Collection[str] | None
+        self,
+        n_mtp: int,
+        root: str,
+        n_layers: int,
+        block: str,
+        names: Collection[str] | None,
     ) -> list[tuple[int, str]]:
-        """``(global index, prefix)`` of each MTP layer config.json declares."""
-        n_mtp = cfg.opt_int(self.count, 0) if self.count else 0
+        """``(global index, prefix)`` of each of ``n_mtp`` MTP layers."""
         if self.roots is None:
             return [(n_layers + k, f"{root}.{n_layers + k}.{block}") for k in range(n_mtp)]
         candidates = self.roots[root] if isinstance(self.roots, dict) else self.roots
@@ -149,7 +242,7 @@ class Mtp(_Data):
 class FamilySpec(_Data):
     """One row of the family table."""
 
-    name: Family
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     model_types: frozenset[str]
     architecture_prefixes: tuple[str, ...]
     keys: Keys
@@ -158,6 +251,10 @@ class FamilySpec(_Data):
     layers: Layers
     mtp: Mtp = Field(default_factory=Mtp)
     naming: ExpertNaming = Field(default_factory=ExpertNaming)
+    fse: Fse = Field(default_factory=Fse)
+    #: model_type -> routing defaults (model types of this family's engine code, listed
+    #: where config.json may omit scoring_func / topk_method)
+    routing: dict[str, RoutingDefaults] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _mtp_roots_per_decoder_root(self) -> FamilySpec:

@@ -3,7 +3,8 @@
 The per-layer decisions come from the policy decision (vLLM's gates per layer, before ckpt's
 own model-wide option rule): a layer is "fusable" when its decision is enabled or was only
 turned off by the parallelism rule. An all-or-nothing engine (vLLM 0.33) refuses a model
-whose MoE layers disagree; an engine with per-layer FSE still needs one physical expert
+whose MoE layers disagree, the main model and its MTP drafter each on its own (``fse.fse_model``:
+each calls ``is_model_fused_shared_expert_compatible`` on its own layers); an engine with per-layer FSE still needs one physical expert
 count per layer under ``--ep`` / ``--eplb`` / ``--all2all nixl_ep``.
 
 Example::
@@ -16,6 +17,8 @@ Example::
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from checkpoint_tool.policy.fse import by_model, fse_model
 
 from .context import EngineContext
 from .model import EngineFinding, RuleSpec
@@ -51,6 +54,17 @@ def fse_split(decision: PolicyDecision | None) -> tuple[list[int], list[int]]:
     return sorted(on), sorted(off)
 
 
+def mixed_models(decision: PolicyDecision | None) -> dict[str, tuple[list[int], list[int]]]:
+    """model (``fse_model``) -> (fusable, not fusable) layers of each model whose MoE layers
+    disagree: what an all-or-nothing engine refuses."""
+    on, off = fse_split(decision)
+    if decision is None or not on or not off:
+        return {}
+    models = {k: fse_model(d.facts) for k, d in decision.layers.items()}
+    ons, offs = by_model(on, models), by_model(off, models)
+    return {m: (ons[m], offs[m]) for m in ons if m in offs}
+
+
 def prefused_layers(decision: PolicyDecision | None) -> dict[int, list[int]]:
     """MoE layer -> routed slots a previous ``ckpt convert`` filled with shared experts."""
     if decision is None:
@@ -71,7 +85,7 @@ def _unfused_slots(
     slots = prefused_layers(ctx.decision)
     if not slots:
         return []
-    if ctx.target.fse == "all_or_nothing" and off:
+    if ctx.target.fse == "all_or_nothing" and mixed_models(ctx.decision):
         return []  # the engine refuses the mix first (fse_mixed_all_or_nothing)
     if ctx.target.fse != "none":
         return []
@@ -103,7 +117,9 @@ def _scalar_redirect(
     tensor into ``n_shared_experts`` chunks, ``total = loaded_weight.shape[split_dim]``, and a
     0-d tensor (NVFP4 ``weight_scale_2`` / ``input_scale``) raises IndexError. Layers a
     previous convert pre-fused hold no such names."""
-    if not ctx.target.fuses or not on or (ctx.target.fse == "all_or_nothing" and off):
+    if not ctx.target.fuses or not on:
+        return []
+    if ctx.target.fse == "all_or_nothing" and "main" in mixed_models(ctx.decision):
         return []
     if not _REDIRECTING & set(ctx.config.get("architectures") or []):
         return []
@@ -159,17 +175,18 @@ def check_fse(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFind
     details = {"enabled": on, "disabled": off}
     rule = rules.get("fse_mixed_all_or_nothing")
     if rule is not None and ctx.target.fse == "all_or_nothing":
-        out.append(
-            rule.finding(
-                layers=on + off,
-                enabled=on,
-                disabled=off,
-                n_enabled=len(on),
-                n_disabled=len(off),
-                target=ctx.target.name,
-                details=details,
+        for m_on, m_off in mixed_models(ctx.decision).values():
+            out.append(
+                rule.finding(
+                    layers=m_on + m_off,
+                    enabled=m_on,
+                    disabled=m_off,
+                    n_enabled=len(m_on),
+                    n_disabled=len(m_off),
+                    target=ctx.target.name,
+                    details={"enabled": m_on, "disabled": m_off},
+                )
             )
-        )
     rule = rules.get("fse_mixed_under_parallelism")
     flags = _flags(ctx)
     if rule is not None and ctx.target.fse == "per_layer" and flags:

@@ -16,8 +16,6 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import ClassVar, Literal
 
-from pydantic import field_validator
-
 from checkpoint_tool.quant.configs.base import (
     QuantConfigBase,
     fp8_block_scheme,
@@ -83,16 +81,12 @@ class DeepSeekFp8Config(Fp8LayerSkips):
 
     quant_method: Literal["fp8"] = "fp8"
     activation_scheme: Literal["dynamic", "static"] = "dynamic"
-    fmt: str = "e4m3"
+    #: the producer's note of the FP8 format ("e4m3", MiniMax-M2.5's "float8_e4m3fn"): vLLM's
+    #: ``Fp8Config.from_config`` (``model_executor/layers/quantization/fp8.py``) never reads it,
+    #: so neither does ckpt; the weights' dtype (F8_E4M3, checked per tensor) is what counts
+    fmt: str | None = None
     weight_block_size: tuple[int, int] | None = None
     scale_fmt: str | None = None
-
-    @field_validator("fmt")
-    @classmethod
-    def _e4m3_only(cls, v: str) -> str:
-        if v != "e4m3":
-            raise ValueError(f"fmt {v!r} is not supported (only e4m3)")
-        return v
 
     def quantized_scheme(self, rule: str) -> Scheme:
         """The one FP8 scheme this config gives every quantized linear."""

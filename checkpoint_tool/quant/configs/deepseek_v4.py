@@ -11,6 +11,14 @@ them:
 - ``ignored_layers`` as in ``Fp8Config``. Linears DeepSeek stores in float (no ``.scale``) are
   resolved by ``resolve_catalog``.
 
+A converted checkpoint (``ckpt convert`` with the ``deepseek-v4-amd`` recipe) holds the names
+vLLM's loader maps them to (vLLM 0.33 ``models/deepseek_v4/amd/model.py``
+``_make_deepseek_v4_weights_mapper``): ``layers.`` / ``embed.`` / ``norm.`` under ``model.``
+and, with them, ``.scale`` -> ``.weight_scale`` for fp4 routed experts
+(``experts.E.wK``, ``Mxfp4MoEMethod``) and ``.weight_scale_inv`` for everything else. A module
+under ``model.`` is read with those spellings (``scale_suffix``); ``mtp.*`` keeps DeepSeek's
+(the drafter reads them under their own names).
+
 Example config.json fields::
 
     {"model_type": "deepseek_v4", "expert_dtype": "fp4",
@@ -40,30 +48,42 @@ class DeepSeekV4Config(Fp8LayerSkips):
     activation_scheme: Literal["dynamic"] = "dynamic"
     fmt: str = "e4m3"
 
-    def linear_scheme(self, rule: str) -> Scheme:
+    @staticmethod
+    def mapped(module: str) -> bool:
+        """Whether ``module`` carries the names after vLLM's mapper (see the module docstring)."""
+        return module.startswith("model.")
+
+    def scale_suffix(self, module: str, *, expert: bool) -> str:
+        """``scale`` (DeepSeek's) or the mapped spelling of ``module``'s scale."""
+        if not self.mapped(module):
+            return "scale"
+        return "weight_scale" if expert and self.expert_dtype == "fp4" else "weight_scale_inv"
+
+    def linear_scheme(self, rule: str, module: str = "") -> Scheme:
         """Block FP8 for attention / shared-expert linears (e8m0 scales with fp4 experts)."""
         e8m0 = self.expert_dtype == "fp4"
         return fp8_block_scheme(
             self.weight_block_size,
-            scale_suffix="scale",
+            scale_suffix=self.scale_suffix(module, expert=False),
             scale_dtypes=("F8_E8M0", "U8") if e8m0 else ("F32",),
             e8m0=e8m0,
             source=self.source,
             rule=rule,
         )
 
-    def expert_scheme(self, rule: str) -> Scheme:
+    def expert_scheme(self, rule: str, module: str = "") -> Scheme:
+        suffix = self.scale_suffix(module, expert=True)
         if self.expert_dtype == "fp4":
             return mxfp4_scheme(
                 source=self.source,
                 rule=rule,
-                scale_suffix="scale",
+                scale_suffix=suffix,
                 weight_dtypes=("I8", "U8", "F4"),
                 scale_dtypes=("F8_E8M0", "U8"),
             )
         return fp8_block_scheme(
             self.weight_block_size,
-            scale_suffix="scale",
+            scale_suffix=suffix,
             scale_dtypes=("F32",),
             e8m0=False,
             source=self.source,
@@ -80,23 +100,25 @@ class DeepSeekV4Config(Fp8LayerSkips):
             return mxfp8_scheme(
                 source=self.source,
                 rule="engram embedding table: FP8 rows, E8M0 scale per 32 columns",
-                scale_suffix="scale",
+                scale_suffix=self.scale_suffix(module, expert=False),
                 scale_dtypes=("F8_E8M0", "U8"),
                 activation=None,
             )
         return None
 
     def moe_scheme(self, layer: str) -> Scheme:
-        return self.expert_scheme(f"expert_dtype {self.expert_dtype} (FusedMoE {layer!r})")
+        return self.expert_scheme(f"expert_dtype {self.expert_dtype} (FusedMoE {layer!r})", layer)
 
     def linear_scheme_for(self, module: str) -> Scheme:
-        return self.linear_scheme(f"quant_method fp8, weight_block_size {self.weight_block_size}")
+        return self.linear_scheme(
+            f"quant_method fp8, weight_block_size {self.weight_block_size}", module
+        )
 
     def producer_scheme_for(self, module: str) -> Scheme:
         if (skipped := self.skipped(module)) is not None:
             return skipped
         if expert_parts(module) is not None:
-            return self.expert_scheme(f"expert_dtype {self.expert_dtype}")
+            return self.expert_scheme(f"expert_dtype {self.expert_dtype}", module)
         return self.linear_scheme_for(module)
 
     def summary(self) -> str:
