@@ -1,0 +1,181 @@
+"""ckpt on twins of published checkpoints: right, or refused only where vLLM refuses.
+
+Each case file (``cases/*.yaml``) carries the checkpoint's layout and, under ``expect``, facts
+written from vLLM's model files (family, MoE layers with MTP, routed and shared widths,
+padding at a TP size, fused shared experts per target), each cited in the case's
+``sources``. On the full-size twin (sparse) every ``--target`` of ``inspect``, ``plan``,
+``convert --dry-run`` and ``validate`` run; on the tiny twin (real data) ``inspect``,
+``convert --tp 2``, ``verify`` and ``validate`` of the output. A check a known defect breaks
+is listed in the case's ``xfail`` (strict: it must fail until the defect is fixed).
+
+Example of an ``expect`` block (expressions over the case's dims, per twin)::
+
+    expect: {family: deepseek_v3, moe_layers: "K..N-1", mtp_layers: "N..N+M-1", n_routed: E,
+             routed_width: I, shared_width: S*I, tp: 8, tiny_tp: 2,
+             fse: {vllm-0.33: none, vllm-0.33-rocm-aiter-fse: all}}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import twins
+from typer.testing import CliRunner
+
+from checkpoint_tool.cli.app import app
+
+TARGETS = ("vllm-0.33", "vllm-0.32", "vllm-0.33-rocm-aiter-fse", "vllm-per-layer-fse")
+FULL_CHECKS = (*(f"inspect:{t}" for t in TARGETS), "plan", "convert-dry-run", "validate")
+TINY_CHECKS = ("tiny-inspect", "tiny-convert", "tiny-verify", "tiny-validate")
+#: cases whose full-size twin is slow to read today (seconds per command): CI still runs them
+SLOW = {"amd-deepseek-r1-0528-mxfp4", "amd-qwen3-coder-next-mxfp4"}
+
+
+def ckpt(*argv: str) -> tuple[int, str]:
+    """Exit code and stdout of ``ckpt *argv`` run in this process."""
+    result = CliRunner().invoke(app, list(argv))
+    if result.exception and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout
+
+
+def _params(checks: tuple[str, ...]) -> list[Any]:
+    out = []
+    for name in twins.case_names():
+        case = twins.load_case(name)
+        if case.get("skip"):
+            continue
+        xfails = case.get("xfail") or {}
+        for check in checks:
+            marks: list[Any] = []
+            if check in xfails:
+                marks.append(pytest.mark.xfail(strict=True, reason=xfails[check]))
+            if name in SLOW:
+                marks.append(pytest.mark.slow)
+            out.append(pytest.param(name, check, id=f"{name}-{check}", marks=marks))
+    return out
+
+
+def expectations(name: str, size: str) -> dict[str, Any]:
+    """The case's ``expect`` evaluated on the dims of the ``full`` or ``tiny`` twin."""
+    case = twins.load_case(name)
+    config, _, _, _ = twins.twin_files(case, size)
+    env = twins.dims_of(case, config)
+    raw = dict(case["expect"])
+    raw.update(raw.pop(size, None) or {})
+    raw.pop("full" if size == "tiny" else "tiny", None)
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key in ("moe_layers", "mtp_layers"):
+            out[key] = [] if value in (None, "none") else twins._values(value, env)
+        elif key in ("family", "fse", "fse_mtp", "notes"):
+            out[key] = value
+        else:
+            out[key] = twins._eval(value, env)
+    return out
+
+
+def _fse_layers(spec: Any, layers: list[int], env_layers: list[int]) -> list[int] | None:
+    if spec is None:
+        return None
+    if spec == "none":
+        return []
+    if spec == "all":
+        return list(layers)
+    return [x for x in env_layers if x in spec]
+
+
+def check_report(report: dict, exp: dict[str, Any], target: str) -> None:
+    """The inspect report says what vLLM's source says about this checkpoint."""
+    assert report["model"]["family"] == exp["family"]
+    main = [x for x in report["moe_layers"] if not x["is_mtp"]]
+    mtp = [x for x in report["moe_layers"] if x["is_mtp"]]
+    assert [x["layer"] for x in main] == exp["moe_layers"], "main MoE layers"
+    assert [x["layer"] for x in mtp] == exp.get("mtp_layers", []), "MTP MoE layers"
+    for layer in report["moe_layers"]:
+        where = f"layer {layer['layer']}"
+        assert layer["n_routed"] == exp["n_routed"], where
+        assert layer["routed"]["width"] == exp["routed_width"], where
+        shared = layer.get("shared") or {}
+        assert (shared.get("width") or 0) == exp["shared_width"], where
+        if "padded_per_rank" in exp:
+            assert layer["intermediate"]["padded_per_rank"] == exp["padded_per_rank"], where
+    main_layers = [x["layer"] for x in main]
+    want = _fse_layers((exp.get("fse") or {}).get(target), main_layers, main_layers)
+    if want is not None:
+        got = [x["layer"] for x in main if x["fse"]["enabled"]]
+        assert got == want, f"FSE on the main model for {target}"
+    mtp_layers = [x["layer"] for x in mtp]
+    want = _fse_layers((exp.get("fse_mtp") or {}).get(target), mtp_layers, mtp_layers)
+    if want is not None:
+        got = [x["layer"] for x in mtp if x["fse"]["enabled"]]
+        assert got == want, f"FSE on the MTP drafter for {target}"
+
+
+@pytest.mark.parametrize(("name", "check"), _params(FULL_CHECKS))
+def test_full_twin(name: str, check: str, twin: Callable[[str, str], Path], tmp_path: Path) -> None:
+    src = twin(name, "full")
+    exp = expectations(name, "full")
+    tp = str(exp["tp"])
+    if check.startswith("inspect:"):
+        target = check.split(":", 1)[1]
+        code, out = ckpt("inspect", str(src), "--tp", tp, "--target", target, "--format", "json")
+        assert code == 0, out[-3000:]
+        check_report(json.loads(out), exp, target)
+    elif check == "plan":
+        code, out = ckpt("plan", str(src), "--tp", tp, "--format", "json")
+        assert code == 0, out[-3000:]
+    elif check == "convert-dry-run":
+        code, out = ckpt("convert", str(src), str(tmp_path / "out"), "--tp", tp, "--dry-run")
+        assert code == 0, out[-3000:]
+        assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    elif check == "validate":
+        code, out = ckpt("validate", str(src), "--format", "json")
+        assert code == 0, out[-3000:]
+
+
+@pytest.fixture(scope="session")
+def converted(
+    twin: Callable[[str, str], Path], tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], tuple[int, str, Path]]:
+    cache: dict[str, tuple[int, str, Path]] = {}
+
+    def make(name: str) -> tuple[int, str, Path]:
+        if name not in cache:
+            src = twin(name, "tiny")
+            tp = str(expectations(name, "tiny")["tiny_tp"])
+            dst = tmp_path_factory.mktemp(f"{name}-converted") / "out"
+            code, out = ckpt("convert", str(src), str(dst), "--tp", tp)
+            cache[name] = (code, out, dst)
+        return cache[name]
+
+    return make
+
+
+@pytest.mark.parametrize(("name", "check"), _params(TINY_CHECKS))
+def test_tiny_twin(
+    name: str,
+    check: str,
+    twin: Callable[[str, str], Path],
+    converted: Callable[[str], tuple[int, str, Path]],
+) -> None:
+    exp = expectations(name, "tiny")
+    if check == "tiny-inspect":
+        src = twin(name, "tiny")
+        tp = str(exp["tiny_tp"])
+        code, out = ckpt("inspect", str(src), "--tp", tp, "--format", "json")
+        assert code == 0, out[-3000:]
+        check_report(json.loads(out), exp, "vllm-0.33")
+        return
+    code, out, dst = converted(name)
+    assert code == 0, out[-3000:]
+    if check == "tiny-verify":
+        code, out = ckpt("verify", str(dst), "--source", str(twin(name, "tiny")))
+        assert code == 0, out[-3000:]
+    elif check == "tiny-validate":
+        code, out = ckpt("validate", str(dst), "--format", "json")
+        assert code == 0, out[-3000:]
