@@ -296,7 +296,10 @@ _SCALE_SUFFIXES = (".weight_scale_inv", ".weight_scale", ".scale")
 def tensor_data(t: Tensor, seed: int = 0) -> bytes:
     """Deterministic valid bytes of one tensor: FP8 codes but NaN, any FP4 nibble, E8M0
     scales 2**-9..2**-3, positive float scales, N(0, 0.02) floats (norms around 1)."""
-    digest = hashlib.sha256(f"{seed}\0{t.name}".encode()).digest()
+    key = t.name
+    if t.name.endswith(("_scale_2", ".input_scale")):  # fused gate|up share one global scale
+        key = key.replace("up_proj", "gate_proj")
+    digest = hashlib.sha256(f"{seed}\0{key}".encode()).digest()
     rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
     n = math.prod(t.shape)
     is_scale = t.name.endswith(_SCALE_SUFFIXES)
