@@ -135,7 +135,12 @@ def dims_of(case: dict, config: dict) -> dict[str, Any]:
             if value is None:
                 raise KeyError(f"dim {sym}: config has no {spec!r}")
         elif isinstance(spec, str):
-            value = _eval(spec, env)
+            flat = {k: v for k, v in config.items() if isinstance(v, int | float)}
+            flat.update(
+                (k, v) for k, v in (config.get("text_config") or {}).items()
+                if isinstance(v, int | float)
+            )
+            value = _eval(spec, {**flat, **env})
         else:
             value = spec
         env[sym] = value
