@@ -92,7 +92,7 @@ def load_case(name: str) -> dict[str, Any]:
     """A case file by stem, e.g. ``load_case("deepseek-r1-0528")``.
 
     ``extends: other`` starts from that case's tensors, dims, index and tiny block: the
-    case's own keys replace them, its ``config`` / ``tiny`` are merged in (``config_drop``
+    case's own keys replace them (``extra_tensors`` / ``extra_dims`` add to them), its ``config`` / ``tiny`` are merged in (``config_drop``
     removes keys), and ``schemes`` (``{role: scheme}`` or ``{role: {main: .., mtp: ..}}``)
     re-encodes the generators that carry that ``role``.
     """
@@ -108,6 +108,8 @@ def load_case(name: str) -> dict[str, Any]:
             out[key] = _merge(out.get(key) or {}, value)
         else:
             out[key] = value
+    out["tensors"] = list(out["tensors"]) + list(case.get("extra_tensors") or [])
+    out["dims"] = {**(out.get("dims") or {}), **(case.get("extra_dims") or {})}
     for key in case.get("config_drop") or ():
         out["config"].pop(key, None)
     return out
