@@ -20,7 +20,8 @@ Example of a tensor generator (one line of a case)::
 their dtypes and shapes, as the producer writes them; without ``q``, ``n`` is one tensor of
 dtype ``d``. Ranges are ``"a..b"`` (inclusive, expressions over dims) or lists; ``where`` is
 an expression over the loop variables and dims that keeps only some combinations.
-Config values ``{"$names": generator}`` expand to a list of names (exclude lists).
+Config values ``{"$names": generator}`` expand to a list of names (exclude lists),
+``{"$expr": "..."}`` to the value of an expression over dims (per-layer lists).
 """
 
 from __future__ import annotations
@@ -152,8 +153,15 @@ def dims_of(case: dict, config: dict) -> dict[str, Any]:
 def _eval(expr: Any, env: dict[str, Any]) -> Any:
     if not isinstance(expr, str):
         return expr
-    scope = {"cdiv": lambda a, b: -(-a // b), "ceil": math.ceil, "min": min, "max": max}
-    return eval(expr, {"__builtins__": {}}, {**scope, **env})  # noqa: S307 - test data
+    scope = {
+        "cdiv": lambda a, b: -(-a // b),
+        "ceil": math.ceil,
+        "min": min,
+        "max": max,
+        "range": range,
+        "int": int,
+    }
+    return eval(expr, {"__builtins__": {}, **scope, **env})  # noqa: S307 - test data
 
 
 def _values(spec: Any, env: dict[str, Any]) -> list[Any]:
@@ -215,6 +223,8 @@ def _scheme(case: dict, gen: dict, b: dict[str, Any], env: dict[str, Any]) -> st
 
 
 def _expand_names(node: Any, env: dict[str, Any]) -> Any:
+    if isinstance(node, dict) and set(node) == {"$expr"}:
+        return _eval(node["$expr"], env)
     if isinstance(node, dict) and set(node) == {"$names"}:
         gens = node["$names"]
         gens = gens if isinstance(gens, list) else [gens]
@@ -229,7 +239,7 @@ def _expand_names(node: Any, env: dict[str, Any]) -> Any:
 def _merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict) and "$names" not in v:
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and not {"$names", "$expr"} & set(v):
             out[k] = _merge(out[k], v)
         else:
             out[k] = copy.deepcopy(v)
