@@ -64,12 +64,15 @@ def why(out: str) -> str:
     if not isinstance(doc, dict):
         return out[-3000:]
     found = [
-        f"{x.get('code') or x.get('rule') or x.get('name')}: {x.get('message', '')[:300]}"
+        f"{x.get('code') or x.get('rule') or x.get('id')}: {x.get('message', x.get('title', ''))[:300]}"
         for key in ("issues", "findings", "checks")
         for x in (doc.get(key) or []) + ((doc.get("engine") or {}).get(key) or [])
         if isinstance(x, dict)
         and (x.get("severity") == "error" or x.get("status") in ("failed", "error"))
     ]
+    for check in doc.get("checks") or []:  # validate: the first findings of a failed check
+        if isinstance(check, dict) and check.get("status") == "failed":
+            found += [f"  {f.get('tensor')}: {f.get('message')}" for f in check["findings"][:3]]
     return "\n".join(found[:20]) or out[-3000:]
 
 

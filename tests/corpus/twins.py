@@ -20,6 +20,7 @@ Example of a tensor generator (one line of a case)::
 their dtypes and shapes, as the producer writes them; without ``q``, ``n`` is one tensor of
 dtype ``d``. Ranges are ``"a..b"`` (inclusive, expressions over dims) or lists; ``where`` is
 an expression over the loop variables and dims that keeps only some combinations.
+A case's ``root`` (an expression over ``l``) names the block of layer ``l`` as ``{root}``.
 Config values ``{"$names": generator}`` expand to a list of names (exclude lists),
 ``{"$expr": "..."}`` to the value of an expression over dims (per-layer lists).
 """
@@ -165,8 +166,15 @@ def _eval(expr: Any, env: dict[str, Any]) -> Any:
 
 
 def _values(spec: Any, env: dict[str, Any]) -> list[Any]:
-    if isinstance(spec, list):
-        return [_eval(v, env) if isinstance(v, str) and v[:1] == "=" else v for v in spec]
+    if isinstance(spec, list):  # an "=expr" element stands for the list it evaluates to
+        out: list[Any] = []
+        for v in spec:
+            if isinstance(v, str) and v[:1] == "=":
+                value = _eval(v[1:], env)
+                out.extend(value if isinstance(value, list) else [value])
+            else:
+                out.append(v)
+        return out
     if isinstance(spec, int):
         return [spec]
     lo, _, hi = str(spec).partition("..")
@@ -193,8 +201,11 @@ def expand(case: dict, config: dict) -> list[Tensor]:
     """Every tensor of the case for this config, in generator order."""
     env = dims_of(case, config)
     out: list[Tensor] = []
+    root = case.get("root")  # the block prefix of layer l, e.g. MTP blocks under another name
     for gen in case["tensors"]:
         for b in _bindings(gen, env):
+            if root and "l" in b:
+                b = {**b, "root": _eval(root, {**env, **b})}
             scope = {**env, **b}
             shape = [int(_eval(s, scope)) for s in gen["s"]]
             name = _fmt(gen["n"], b)
@@ -334,7 +345,8 @@ def tensor_data(t: Tensor, seed: int = 0) -> bytes:
     if t.dtype in ("I64", "I32"):
         return rng.integers(0, 2, n).astype(np.int64 if t.dtype == "I64" else np.int32).tobytes()
     x = rng.standard_normal(n).astype(np.float32)
-    x = 1.0 + 0.05 * x if "norm" in t.name.rsplit(".", 2)[-2] else 0.02 * x
+    module = t.name.rsplit(".", 1)[0] if "." in t.name else t.name
+    x = 1.0 + 0.05 * x if "norm" in module.rsplit(".", 1)[-1] else 0.02 * x
     if t.dtype == "F32":
         return x.astype(np.float32).tobytes()
     if t.dtype == "F16":
