@@ -228,7 +228,8 @@ def _scheme(case: dict, gen: dict, b: dict[str, Any], env: dict[str, Any]) -> st
     """The storage scheme of a generator's module: ``schemes[role]`` (main / MTP) or ``q``."""
     pick = (case.get("schemes") or {}).get(gen.get("role"), gen.get("q"))
     if isinstance(pick, dict):
-        is_mtp = "l" in b and "N" in env and b["l"] >= env["N"]
+        # MTP: layer l past the decoder's N, or the loop variable k (an MTP block's index)
+        is_mtp = ("l" in b and "N" in env and b["l"] >= env["N"]) or ("k" in b and "l" not in b)
         return pick["mtp" if is_mtp else "main"]
     return pick
 
