@@ -17,7 +17,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import twins  # noqa: E402
+import twins
 
 
 @pytest.fixture(scope="session")

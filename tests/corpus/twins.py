@@ -141,7 +141,8 @@ def dims_of(case: dict, config: dict) -> dict[str, Any]:
         elif isinstance(spec, str):
             flat = {k: v for k, v in config.items() if isinstance(v, int | float)}
             flat.update(
-                (k, v) for k, v in (config.get("text_config") or {}).items()
+                (k, v)
+                for k, v in (config.get("text_config") or {}).items()
                 if isinstance(v, int | float)
             )
             value = _eval(spec, {**flat, **env})
@@ -162,7 +163,7 @@ def _eval(expr: Any, env: dict[str, Any]) -> Any:
         "range": range,
         "int": int,
     }
-    return eval(expr, {"__builtins__": {}, **scope, **env})  # noqa: S307 - test data
+    return eval(expr, {"__builtins__": {}, **scope, **env})
 
 
 def _values(spec: Any, env: dict[str, Any]) -> list[Any]:
@@ -251,7 +252,11 @@ def _expand_names(node: Any, env: dict[str, Any]) -> Any:
 def _merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict) and not {"$names", "$expr"} & set(v):
+        if (
+            isinstance(v, dict)
+            and isinstance(out.get(k), dict)
+            and not {"$names", "$expr"} & set(v)
+        ):
             out[k] = _merge(out[k], v)
         else:
             out[k] = copy.deepcopy(v)
