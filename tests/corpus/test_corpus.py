@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
+import struct
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +34,16 @@ from checkpoint_tool.cli.app import main
 
 TARGETS = ("vllm-0.33", "vllm-0.32", "vllm-0.33-rocm-aiter-fse", "vllm-per-layer-fse")
 FULL_CHECKS = (*(f"inspect:{t}" for t in TARGETS), "plan", "convert-dry-run", "validate")
-TINY_CHECKS = ("tiny-inspect", "tiny-convert", "tiny-verify", "tiny-validate")
+TINY_CHECKS = (
+    "tiny-inspect",
+    "tiny-convert",
+    "tiny-verify",
+    "tiny-validate",
+    "tiny-output-consistent",
+)
+#: gate / up rows of a routed or shared expert: the width a loader allocates from config.json
+ROUTED_ROWS = re.compile(r"\.experts\.\d+\.(gate_proj|up_proj|w1|w3)\.weight$")
+SHARED_ROWS = re.compile(r"\.shared_experts?\.(gate_proj|up_proj|w1|w3)\.weight$")
 #: cases whose full-size twin is slow to read today (seconds per command): CI still runs them
 SLOW = {"amd-deepseek-r1-0528-mxfp4", "amd-qwen3-coder-next-mxfp4"}
 
@@ -232,3 +243,33 @@ def test_tiny_twin(
     elif check == "tiny-validate":
         code, out = ckpt("validate", str(dst), "--format", "json")
         assert code == 0, why(out)
+    elif check == "tiny-output-consistent":
+        assert_widths_match_config(name, dst)
+
+
+def _headers(folder: Path) -> dict[str, dict]:
+    """Every tensor header of the safetensors files in ``folder`` (read here, not by ckpt)."""
+    out: dict[str, dict] = {}
+    for shard in sorted(folder.glob("*.safetensors")):
+        with open(shard, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            out.update(json.loads(fh.read(n)))
+    out.pop("__metadata__", None)
+    return out
+
+
+def assert_widths_match_config(name: str, out: Path) -> None:
+    """ckpt's output agrees with its own config.json: every routed and shared expert (MTP
+    blocks included) is as wide as the config it wrote says, which is what vLLM allocates."""
+    case = twins.load_case(name)
+    config = json.loads((out / "config.json").read_text())
+    env = twins.dims_of(case, config)
+    routed = twins._eval(case["expect"]["routed_width"], env)
+    shared = twins._eval(case["expect"]["shared_width"], env)
+    wrong = [
+        f"{t}: {h['shape'][0]} rows, config.json says {want}"
+        for t, h in _headers(out).items()
+        for pattern, want in ((ROUTED_ROWS, routed), (SHARED_ROWS, shared))
+        if pattern.search(t) and h["shape"][0] != want
+    ]
+    assert not wrong, "\n".join(wrong[:10])
