@@ -44,6 +44,8 @@ import yaml
 from checkpoint_tool.catalog.safetensors_format import build_header, tensor_nbytes
 
 CASES = Path(__file__).parent / "cases"
+#: safetensors dtypes the case files use
+DTYPES = {"BF16", "F16", "F32", "F8_E4M3", "F8_E8M0", "U8", "I8", "I32", "I64"}
 INDEX = "model.safetensors.index.json"
 
 #: scheme -> [(suffix, dtype, shape over o=out rows, i=in columns)]: the producer's storage
