@@ -17,15 +17,11 @@ Example::
 
 from __future__ import annotations
 
-import os
-import threading
-from pathlib import Path
-
 import torch
 
 from checkpoint_tool.catalog.catalog import Catalog, TensorEntry
+from checkpoint_tool.catalog.files import Files
 from checkpoint_tool.catalog.reader import TORCH_STORAGE_DTYPE, entry_storage_shape, read_tensor
-from checkpoint_tool.errors import InputError
 
 
 class TensorReader:
@@ -33,20 +29,7 @@ class TensorReader:
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
-        self._fds: dict[Path, int] = {}
-        self._lock = threading.Lock()
-
-    def _fd(self, path: Path) -> int:
-        fd = self._fds.get(path)
-        if fd is None:
-            with self._lock:
-                fd = self._fds.get(path)
-                if fd is None:
-                    try:
-                        fd = self._fds[path] = os.open(path, os.O_RDONLY)
-                    except OSError as exc:
-                        raise InputError(f"{path}: cannot open ({exc.strerror})") from exc
-        return fd
+        self._files = Files()
 
     def read(self, entry: TensorEntry) -> torch.Tensor:
         """The tensor in its storage dtype (as ``read_tensor``)."""
@@ -56,24 +39,8 @@ class TensorReader:
         n = entry.end - entry.begin
         out = torch.empty(n, dtype=torch.uint8)
         if n:
-            view, got, fd = memoryview(out.numpy()), 0, self._fd(path)  # type: ignore[arg-type]
-            while got < n:
-                try:
-                    k = os.preadv(fd, [view[got:]], entry.begin + got)
-                except OSError as exc:
-                    raise InputError(
-                        f"{path}: read error at byte {entry.begin + got} ({exc.strerror})"
-                    ) from exc
-                if k == 0:
-                    raise InputError(
-                        f"{path}: file ends at byte {entry.begin + got}, expected data up to "
-                        f"{entry.end}; the shard is truncated, re-download it"
-                    )
-                got += k
+            self._files.read_into(path, memoryview(out.numpy()), entry.begin)  # type: ignore[arg-type]
         return out.view(TORCH_STORAGE_DTYPE[entry.dtype]).reshape(entry_storage_shape(entry))
 
     def close(self) -> None:
-        with self._lock:
-            for fd in self._fds.values():
-                os.close(fd)
-            self._fds.clear()
+        self._files.close()

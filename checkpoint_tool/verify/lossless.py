@@ -45,11 +45,12 @@ from pathlib import Path
 import numpy as np
 
 from checkpoint_tool.catalog.catalog import INDEX_NAME, Catalog
+from checkpoint_tool.catalog.files import Files
 from checkpoint_tool.catalog.safetensors_format import FileHeader, read_header
 from checkpoint_tool.errors import CkptError, InputError
 from checkpoint_tool.execute.progress import NullProgress, Progress
 from checkpoint_tool.plan.model import OutputFile, OutputTensor, Plan
-from checkpoint_tool.verify.chunks import Files, same_runs
+from checkpoint_tool.verify.chunks import same_runs
 from checkpoint_tool.verify.expected import Segment, TensorLayout, storage_geometry
 from checkpoint_tool.verify.report import LosslessReport, MismatchKind, TensorMismatch
 
