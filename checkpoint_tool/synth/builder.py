@@ -273,6 +273,10 @@ _OWNED_NAMES = {
 
 
 def _prepare_dst(dst: Path, overwrite: bool) -> None:
+    """Make DST ready: refuse a non-empty folder unless ``overwrite``, and even then replace only
+    a folder that holds nothing but what synth writes (shards, index, its JSON side files), so
+    ``--overwrite`` on a real checkpoint (README, tokenizer, a subfolder) is refused, not emptied.
+    """
     if dst.exists() and not dst.is_dir():
         raise OutputError(f"{dst}: exists and is not a folder; choose another destination")
     if dst.exists() and any(dst.iterdir()):
@@ -280,14 +284,27 @@ def _prepare_dst(dst: Path, overwrite: bool) -> None:
             raise OutputError(
                 f"{dst}: folder is not empty; pass --overwrite to replace a checkpoint there"
             )
-        for p in dst.iterdir():
-            stem = p.name.lstrip(".")
-            if p.is_file() and (p.name in _OWNED_NAMES or stem.endswith(_OWNED_SUFFIXES)):
-                p.unlink()
+        entries = sorted(dst.iterdir())
+        foreign = [p for p in entries if not _synth_owned(p)]
+        if foreign:
+            raise OutputError(
+                f"{foreign[0]}: not a file synth writes, so {dst} is not a synthetic checkpoint;"
+                " --overwrite replaces only synth's own output, choose an empty folder"
+            )
+        for p in entries:
+            p.unlink()
     try:
         dst.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise OutputError(f"{dst}: cannot create folder ({exc.strerror})") from exc
+
+
+def _synth_owned(p: Path) -> bool:
+    """Whether P is a plain file of a name synth writes, e.g. ``model-00001-of-00002.safetensors``
+    or ``config.json`` (a link, a folder or ``README.md`` is not)."""
+    if p.is_symlink() or not p.is_file():
+        return False
+    return p.name in _OWNED_NAMES or p.name.lstrip(".").endswith(_OWNED_SUFFIXES)
 
 
 def _write_sparse(path: Path, specs: list[TensorSpec]) -> None:

@@ -253,10 +253,27 @@ def test_refuses_non_empty_destination_without_overwrite(tmp_path):
     (dst / "notes.txt").write_text("keep me")
     with pytest.raises(OutputError, match="--overwrite"):
         synth_checkpoint("quark-mxfp4", dst, n_routed=2, num_layers=2)
+    (dst / "notes.txt").unlink()
     synth_checkpoint("quark-mxfp4", dst, n_routed=2, num_layers=2, overwrite=True)
-    synth_checkpoint("quark-mxfp4", dst, n_routed=2, num_layers=2, overwrite=True)
-    assert (dst / "notes.txt").read_text() == "keep me"
+    first = sorted(os.listdir(dst))
+    synth_checkpoint("quark-mxfp4", dst, n_routed=1, num_layers=2, overwrite=True)
+    assert sorted(os.listdir(dst)) == first
     assert not [p for p in os.listdir(dst) if p.endswith(".partial")]
+
+
+@pytest.mark.parametrize("foreign", ["README.md", "tokenizer.json", "subfolder/"])
+def test_overwrite_refuses_a_folder_synth_did_not_write(tmp_path, foreign):
+    """--overwrite on a real checkpoint (anything beside synth's own files) deletes nothing."""
+    dst = tmp_path / "real"
+    synth_checkpoint("quark-mxfp4", dst, n_routed=2, num_layers=2)
+    if foreign.endswith("/"):
+        (dst / foreign).mkdir()
+    else:
+        (dst / foreign).write_text("published")
+    before = {p: (dst / p).stat().st_size for p in os.listdir(dst)}
+    with pytest.raises(OutputError, match=foreign.rstrip("/") + ": not a file synth writes"):
+        synth_checkpoint("quark-mxfp4", dst, n_routed=2, num_layers=2, overwrite=True)
+    assert {p: (dst / p).stat().st_size for p in os.listdir(dst)} == before
 
 
 def test_side_files_are_written(synth_ckpt):
