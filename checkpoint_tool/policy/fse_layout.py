@@ -23,10 +23,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from checkpoint_tool.formats import format_of
 from checkpoint_tool.model import MoeLayerFacts
 from checkpoint_tool.policy.fse_gates import OK, GateResult
 from checkpoint_tool.policy.tp import split_alignment
-from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+from checkpoint_tool.quant.scheme import Scheme
 
 CKPT_REASONS: dict[str, str] = {
     "shared_tensors_missing": "shared expert tensors are missing at {prefix}",
@@ -50,10 +51,6 @@ CKPT_REASONS: dict[str, str] = {
         "{n_shared} routed expert slots; chunking needs block- or group-quantized experts"
     ),
 }
-
-#: formats whose scale tensors cannot be split into chunks (0-d per-tensor scale, NVFP4's
-#: 0-d weight_scale_2) -- and per-channel, whose down scale is per output row
-_UNSPLITTABLE = (WeightFormat.FP8_PER_TENSOR, WeightFormat.NVFP4, WeightFormat.FP8_PER_CHANNEL)
 
 
 def _no(code: str, **params: object) -> GateResult:
@@ -92,7 +89,9 @@ def layout_check(
         )
     if n > 1:
         for proj, scheme in shared.items():
-            if scheme.format in _UNSPLITTABLE:
+            # 0-d per-tensor scales and NVFP4's weight_scale_2 do not cut, nor per-channel
+            # (down's scale is per output row): ``Format.splits_scales``
+            if not format_of(scheme).splits_scales:
                 return _no("scale_not_splittable", scheme=scheme.short(), n_shared=n, prefix=prefix)
             alignment, why = split_alignment(scheme, proj)
             if chunk % alignment:

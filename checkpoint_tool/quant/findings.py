@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from checkpoint_tool.catalog.grouping import dense_ids, distinct, groups
+from checkpoint_tool.formats import format_of
 from checkpoint_tool.quant.configs import QuarkConfig
 from checkpoint_tool.quant.configs.names import PACKED_SHARD_NAMES, expert_parts, packed_siblings
 from checkpoint_tool.quant.configs.shapes import (
@@ -32,7 +33,7 @@ from checkpoint_tool.quant.configs.shapes import (
 from checkpoint_tool.quant.resolve import FUSED_EXPERT_SUFFIXES, ResolvedCatalog
 from checkpoint_tool.quant.resolved import ROLE_CODES, ROLES
 from checkpoint_tool.quant.roles import SCALE_ROLES
-from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.report import Issue, Severity
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ class _ModuleCheck:
             return tuple(record("unexplained_tensor", r, msg) for _, r in scales), True
         entry = table.entry(weight)
         scheme = cols.schemes[cols.scheme[weight]]
-        if scheme.format is WeightFormat.UNSUPPORTED:
+        if not format_of(scheme).decodable:
             msg = (
                 f"{_why(scheme)}: ckpt cannot decode this scheme; it is reported but not converted"
             )

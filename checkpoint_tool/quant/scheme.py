@@ -14,24 +14,15 @@ Example (a Quark MXFP4 expert projection)::
 
 from __future__ import annotations
 
-from enum import Enum
 from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from checkpoint_tool.formats import format_of
+from checkpoint_tool.formats.names import WeightFormat
 
-class WeightFormat(str, Enum):
-    """The storage format of a weight."""
-
-    UNQUANTIZED = "unquantized"  # BF16 / F16 / F32 as stored
-    FP8_PER_TENSOR = "fp8_per_tensor"
-    FP8_PER_CHANNEL = "fp8_per_channel"
-    FP8_BLOCK = "fp8_block"
-    MXFP4 = "mxfp4"
-    NVFP4 = "nvfp4"
-    MXFP8 = "mxfp8"
-    UNSUPPORTED = "unsupported"  # recognised config, no codec (int4, fp6, ...)
+__all__ = ["Scheme", "WeightFormat"]
 
 
 class Scheme(BaseModel):
@@ -126,13 +117,5 @@ class Scheme(BaseModel):
         return out
 
     def short(self) -> str:
-        """Compact label for tables, e.g. ``fp8_block[128,128]`` or ``mxfp4/32``."""
-        if self.format is WeightFormat.FP8_BLOCK and self.block:
-            return f"fp8_block[{self.block[0]},{self.block[1]}]"
-        if self.group_size and self.format in (
-            WeightFormat.MXFP4,
-            WeightFormat.NVFP4,
-            WeightFormat.MXFP8,
-        ):
-            return f"{self.format.value}/{self.group_size}"
-        return self.format.value
+        """Compact label for tables, e.g. ``fp8_block[128,128]`` or ``mxfp4/32`` (the format's)."""
+        return format_of(self).short(self)

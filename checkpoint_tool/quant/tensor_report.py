@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.catalog.reader import read_tensor
 from checkpoint_tool.errors import InputError, OutputError
+from checkpoint_tool.formats import format_of
 from checkpoint_tool.quant.codecs import codec_for_format
 from checkpoint_tool.quant.codecs.e8m0 import decode_e8m0
 from checkpoint_tool.quant.codecs.fp8 import decode_fp8_e4m3
@@ -32,7 +33,7 @@ from checkpoint_tool.quant.configs.shapes import expected_siblings, logical_shap
 from checkpoint_tool.quant.findings import catalog_findings
 from checkpoint_tool.quant.resolve import FUSED_EXPERT_SUFFIXES, ResolvedCatalog, resolve_catalog
 from checkpoint_tool.quant.roles import SCALE_ROLES
-from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.report import Issue
 
 #: float32 elements decoded per chunk (64 MiB)
@@ -151,7 +152,7 @@ def _scale_encoding(scheme: Scheme, role: str, t: torch.Tensor) -> str:
     if t.dtype == torch.float8_e4m3fn:
         return "e4m3"
     if t.dtype in (torch.uint8, torch.int8):
-        return "e4m3" if scheme.format is WeightFormat.NVFP4 and role == "scale" else "e8m0"
+        return format_of(scheme).byte_scale_encoding(role)
     return "float"
 
 
@@ -294,7 +295,7 @@ def _decode(
     acc = _Accumulator()
     scales: list[ScaleStats] = []
     if t.role == "weight" and scheme.quantized:
-        if scheme.format is WeightFormat.UNSUPPORTED:
+        if not format_of(scheme).decodable:
             raise InputError(
                 f"{cat.path_of(entry)}: tensor {name!r}: {scheme.rule}; ckpt cannot decode it"
             )

@@ -37,16 +37,15 @@ from typing import Any
 import numpy as np
 
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.formats import format_of
 from checkpoint_tool.model.config_fields import config_field
-from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.recipes.schema import Recipe, When
-
-#: Fp8Config-style sources whose block-FP8 linears register ``weight_scale_inv``
-_INV_SOURCES = ("deepseek_fp8", "deepseek_v4")
 
 
 def scale_spelling(scheme: Scheme | None) -> str | None:
-    """The scale parameter name vLLM registers for ``scheme`` (None: no weight scale).
+    """The scale parameter name vLLM registers for ``scheme`` (None: no weight scale), as the
+    format says (``Format.scale_param``).
 
     Block FP8 under Fp8Config naming (DeepSeek-V3 native ``quant_method: fp8``, DeepSeek-V4
     block-128 linears) -> ``weight_scale_inv``; Quark (any scheme), MXFP4 / MXFP8 / NVFP4 and
@@ -59,21 +58,7 @@ def scale_spelling(scheme: Scheme | None) -> str | None:
     """
     if scheme is None:
         return None
-    fmt = scheme.format
-    if fmt is WeightFormat.FP8_BLOCK:
-        block = tuple(scheme.block or ())
-        if scheme.source in _INV_SOURCES and block != (32, 32):
-            return "weight_scale_inv"
-        return "weight_scale"
-    if fmt in (
-        WeightFormat.FP8_PER_TENSOR,
-        WeightFormat.FP8_PER_CHANNEL,
-        WeightFormat.MXFP4,
-        WeightFormat.NVFP4,
-        WeightFormat.MXFP8,
-    ):
-        return "weight_scale"
-    return None
+    return format_of(scheme).scale_param(scheme)
 
 
 @dataclass(slots=True)

@@ -27,21 +27,14 @@ from typing import Any
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.catalog.safetensors_format import TensorEntry
 from checkpoint_tool.errors import UsageError
+from checkpoint_tool.formats import format_of
 from checkpoint_tool.model import ModelFacts
 from checkpoint_tool.policy.vllm_names import matching_patterns, quark_layer_config
-from checkpoint_tool.quant.requant.scheme import GROUP
+from checkpoint_tool.quant.requant.scheme import GROUP, MXFP4_SCHEME
 from checkpoint_tool.quant.resolve import ResolvedCatalog, resolve_catalog, split_tensor_name
 from checkpoint_tool.quant.roles import SCALE_ROLES, role_of_suffix
-from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+from checkpoint_tool.quant.scheme import Scheme
 
-#: the source formats that are dequantized then quantized
-REQUANTIZABLE = {
-    WeightFormat.UNQUANTIZED,
-    WeightFormat.FP8_BLOCK,
-    WeightFormat.FP8_PER_CHANNEL,
-    WeightFormat.FP8_PER_TENSOR,
-    WeightFormat.MXFP8,
-}
 #: the MXFP4 layer spec AMD Quark 0.13 writes (``MXFP4Scheme``: weight static, inputs dynamic),
 #: used when the routed experts are not MXFP4 themselves
 QUARK_MXFP4_TENSOR: dict[str, Any] = {
@@ -129,9 +122,9 @@ def requant_view(catalog: Catalog, facts: ModelFacts, layers: list[int]) -> Requ
                     f"({module}.weight); the checkpoint is incomplete, nothing to requantize"
                 )
             scheme = resolved.tensors[weight].scheme
-            if scheme.format is WeightFormat.MXFP4:
+            if scheme.format is MXFP4_SCHEME.format:  # already what requantization writes
                 continue
-            if scheme.format not in REQUANTIZABLE:
+            if not format_of(scheme).requantizable:  # the formats read back as a source
                 raise UsageError(
                     f"{where}: layer {n}: {weight!r} is {scheme.short()}; requantization reads "
                     "BF16/F16/F32, block/channel/tensor FP8 or MXFP8 weights"

@@ -26,7 +26,6 @@ import torch
 
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.quant.codecs import get_codec
-from checkpoint_tool.quant.scheme import WeightFormat
 from checkpoint_tool.runtime.activation import (
     dequantize_per_token_group,
     quantize_per_token_group,
@@ -48,13 +47,11 @@ def dequantize_projection(proj: Projection) -> torch.Tensor:
 
 
 def uses_w8a8(proj: Projection, w8a8: bool | None = None) -> bool:
-    """Whether the input of ``proj`` is quantized to FP8 per token-group (block FP8 only).
+    """Whether the input of ``proj`` is quantized to FP8 per token-group (a format with ``w8a8``: block FP8).
 
     ``w8a8=None`` follows the scheme (dynamic activations -> yes); True/False force it.
     """
-    if proj.format is not WeightFormat.FP8_BLOCK:
-        return False
-    return proj.scheme.activation == "dynamic" if w8a8 is None else bool(w8a8)
+    return proj.fmt.runs_w8a8(proj.scheme, w8a8)
 
 
 def shared_weight(x: torch.Tensor, layer: MoeLayerWeights) -> torch.Tensor:

@@ -28,7 +28,6 @@ import torch
 
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.quant.codecs.e8m0 import decode_e8m0
-from checkpoint_tool.quant.scheme import WeightFormat
 from checkpoint_tool.runtime.weights import Projection
 
 #: a scale block this large covers a whole row / column (per-channel / per-tensor FP8)
@@ -108,17 +107,17 @@ def stack_projections(projs: Sequence[Projection], *, w8a8: bool = False) -> Sta
                 f"{first.label} {list(first.logical_shape)}"
             )
     n, k = first.logical_shape
-    fmt = first.format
+    kernel = KernelFormat[first.fmt.kernel or ""]  # Projection refuses a format without one
     weight = stack_tensors([p.weight for p in projs])
-    if fmt is WeightFormat.UNQUANTIZED:
+    if kernel is KernelFormat.BF16:
         return StackedWeights(KernelFormat.BF16, weight, None, None, n, k)
-    if fmt in (WeightFormat.FP8_BLOCK, WeightFormat.FP8_PER_CHANNEL, WeightFormat.FP8_PER_TENSOR):
+    if kernel is KernelFormat.FP8:
         block = _fp8_scale_block(first)
         scale = stack_tensors([_fp8_scale(p, n, k, block) for p in projs])
         kfmt = KernelFormat.FP8_W8A8 if w8a8 else KernelFormat.FP8
         return StackedWeights(kfmt, _as_fp8(weight, first), scale, None, n, k, block)
     scale = stack_tensors([_required(p, "scale") for p in projs])
-    if fmt is WeightFormat.MXFP4:
+    if kernel is KernelFormat.MXFP4:
         _check_group_scale(first, scale, n, k, 32)
         return StackedWeights(KernelFormat.MXFP4, _as_u8(weight), _as_u8(scale), None, n, k)
     _check_group_scale(first, scale, n, k, 16)
@@ -172,13 +171,12 @@ def _as_fp8(t: torch.Tensor, p: Projection) -> torch.Tensor:
 
 
 def _fp8_scale_block(p: Projection) -> tuple[int, int]:
-    if p.format is WeightFormat.FP8_BLOCK:
-        if not p.scheme.block:
-            raise InputError(f"{p.label}: fp8_block scheme without a block size")
-        return (int(p.scheme.block[0]), int(p.scheme.block[1]))
-    if p.format is WeightFormat.FP8_PER_CHANNEL:
-        return (1, WHOLE)
-    return (WHOLE, WHOLE)
+    """Logical ``(rows, cols)`` one scale covers (``Format.scale_block``), WHOLE for a whole dim."""
+    try:
+        rows, cols = p.fmt.scale_block(p.scheme)
+    except InputError as exc:
+        raise InputError(f"{p.label}: {exc}") from None
+    return (WHOLE if rows is None else rows, WHOLE if cols is None else cols)
 
 
 def _fp8_scale(p: Projection, n: int, k: int, block: tuple[int, int]) -> torch.Tensor:

@@ -41,19 +41,8 @@ from dataclasses import dataclass, field
 import torch
 
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.formats import Format, all_formats, format_of
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
-
-#: formats whose weight packs two FP4 values per byte along the input dim
-FP4_FORMATS = (WeightFormat.MXFP4, WeightFormat.NVFP4)
-#: formats the runtime can run (grouped GEMM and reference)
-RUNTIME_FORMATS = (
-    WeightFormat.UNQUANTIZED,
-    WeightFormat.FP8_BLOCK,
-    WeightFormat.FP8_PER_CHANNEL,
-    WeightFormat.FP8_PER_TENSOR,
-    WeightFormat.MXFP4,
-    WeightFormat.NVFP4,
-)
 
 
 @dataclass(frozen=True)
@@ -73,10 +62,11 @@ class Projection:
                 f"{self.label}: weight must be 2-D [out, in], got shape "
                 f"{tuple(self.parts['weight'].shape)}"
             )
-        if self.scheme.format not in RUNTIME_FORMATS:
+        if self.fmt.kernel is None:
+            runs = ", ".join(f.name for f in all_formats() if f.kernel)
             raise InputError(
                 f"{self.label}: format {self.scheme.format.value} is not supported by the "
-                "runtime (bf16/f16/f32, fp8 block/channel/tensor, mxfp4, nvfp4)"
+                f"runtime ({runs})"
             )
 
     @property
@@ -86,6 +76,11 @@ class Projection:
     @property
     def format(self) -> WeightFormat:
         return self.scheme.format
+
+    @property
+    def fmt(self) -> Format:
+        """The scheme's format: packing, kernel, scale geometry (``checkpoint_tool.formats``)."""
+        return format_of(self.scheme)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -98,8 +93,7 @@ class Projection:
     @property
     def in_features(self) -> int:
         """Logical input width (two FP4 values per stored byte)."""
-        packing = 2 if self.format in FP4_FORMATS else 1
-        return int(self.weight.shape[1]) * packing
+        return int(self.weight.shape[1]) * self.fmt.weight_pack
 
     @property
     def logical_shape(self) -> tuple[int, int]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from checkpoint_tool.formats import format_of
 from checkpoint_tool.quant.scheme import WeightFormat
 
 
@@ -73,7 +74,7 @@ class Encoding:
 
     @property
     def quantized(self) -> bool:
-        return self.format is not WeightFormat.UNQUANTIZED
+        return format_of(self.format).quantized
 
     def tensors(self, module: str, out: int, inp: int) -> list[tuple[str, str, tuple, str]]:
         """``(name, dtype, shape, role)`` of every storage tensor of ``module``."""
@@ -89,9 +90,9 @@ class Encoding:
 _PARTS_CACHE: dict[tuple[str, int, int], tuple[tuple[str, str, tuple, str], ...]] = {}
 
 # One row per encoding: the weight's dtype, its scale (suffix, dtype, shape) and its activation
-# scale (suffix:dtype, a scalar). The rest follows from the format and the scale's shape: FP4
-# weights are packed two per byte; NVFP4 adds the F32 per-tensor ``weight_scale_2`` and shares
-# it between gate and up; ``block:N`` scales make an N x N block; ``group:N`` scales a group of
+# scale (suffix:dtype, a scalar). The rest follows from the format (``Format.weight_pack``,
+# ``synth_parts``, ``shares_global_scale``) and the scale's shape: FP4 weights are packed two per
+# byte; NVFP4 adds the F32 per-tensor ``weight_scale_2`` and shares it between gate and up; ``block:N`` scales make an N x N block; ``group:N`` scales a group of
 # N and an input dim in whole groups. Notes:
 # - deepseek_fp8_block: DeepSeek-V3/R1 native, block scales are multipliers despite the _inv name;
 # - deepseek_fp8_tensor: quant_method fp8 without weight_block_size (vLLM Fp8Config names);
@@ -113,9 +114,6 @@ deepseek_v4_fp8_block FP8_BLOCK       F8_E4M3 scale            F8_E8M0 block:128
 deepseek_v4_mxfp4     MXFP4           I8      scale            F8_E8M0 group:32  .
 deepseek_v4_engram    MXFP8           F8_E4M3 scale            F8_E8M0 group:32  .
 """
-#: formats whose weights store two E2M1 codes per byte
-_PACKED = (WeightFormat.MXFP4, WeightFormat.NVFP4)
-
 
 def _encoding(
     key: str, fmt: str, weight: str, scale: str, dtype: str, shape: str, act: str
@@ -126,12 +124,12 @@ def _encoding(
     -> packed U8 weight, U8 scale per 32, ``group_size=32``, ``in_multiple=32``.
     """
     weight_format = WeightFormat[fmt]
-    parts = [Part("weight", "weight", weight, "packed" if weight_format in _PACKED else "full")]
+    stored = format_of(weight_format)
+    parts = [Part("weight", "weight", weight, "packed" if stored.weight_pack == 2 else "full")]
     kind, _, n = shape.partition(":")
     if scale != ".":
         parts.append(Part("scale", scale, dtype, shape))
-    if weight_format is WeightFormat.NVFP4:
-        parts.append(Part("global_scale", "weight_scale_2", "F32", "scalar"))
+    parts.extend(Part(*extra) for extra in stored.synth_parts)
     if act != ".":
         suffix, act_dtype = act.split(":")
         parts.append(Part("input_scale", suffix, act_dtype, "scalar"))
@@ -143,7 +141,7 @@ def _encoding(
         group_size=int(n) if kind == "group" else None,
         scale_dtype=None if dtype == "." else dtype,
         in_multiple=int(n) if kind == "group" else 1,
-        group_quant=weight_format is WeightFormat.NVFP4,
+        group_quant=stored.shares_global_scale,
     )
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from checkpoint_tool.errors import AlignmentError, UsageError
 from checkpoint_tool.quant import roles
 from checkpoint_tool.quant.roles import Role
-from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.targets.instance import LinearSite, MoeSite, VocabSite
 from checkpoint_tool.targets.spec import SchemeParams, TargetSpec
 
@@ -40,7 +40,7 @@ ROLE_BY_SUFFIX: dict[str, Role] = {
 
 def scheme_key(scheme: Scheme) -> str:
     """``quark/mxfp4``, ``deepseek_fp8/fp8_block``, ...; ``unquantized`` for any config."""
-    if scheme.format is WeightFormat.UNQUANTIZED:
+    if not scheme.quantized:
         return "unquantized"
     return f"{scheme.source}/{scheme.format.value}"
 

@@ -1,7 +1,8 @@
 """The bytes a planned output tensor must hold, rebuilt from the source, a block of rows at a time.
 
 Written apart from the executor on purpose (a second implementation of the plan's semantics,
-so a bug in the executor's byte mover cannot hide itself): each ``Piece`` is its source tensor
+so a bug in the executor's byte mover cannot hide itself; for the same reason it does not ask
+``checkpoint_tool.formats``, whose regions and pads the plan already holds): each ``Piece`` is its source tensor
 cut by its regions (composed, storage coordinates), then padded in order (each pad element the
 pad's ``fill`` bytes); ``concat`` joins pieces along ``axis``, ``stack`` adds a new dim.
 

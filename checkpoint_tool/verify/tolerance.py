@@ -31,7 +31,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+from checkpoint_tool.formats import format_of
+from checkpoint_tool.quant.scheme import Scheme
 
 WEIGHT_ONLY_FP32 = 2e-5
 W8A8_FP32 = 1e-3
@@ -47,8 +48,9 @@ class Tolerance:
 
 
 def is_w8a8(scheme: Scheme) -> bool:
-    """Block FP8 with dynamic activations: the runtime quantizes activations to FP8."""
-    return scheme.format is WeightFormat.FP8_BLOCK and scheme.activation == "dynamic"
+    """The runtime quantizes activations too (``Format.runs_w8a8``: block FP8 with dynamic
+    activations quantizes them to FP8)."""
+    return format_of(scheme).runs_w8a8(scheme)
 
 
 def tolerance_for(schemes: Iterable[Scheme], *, bf16_activations: bool) -> Tolerance:

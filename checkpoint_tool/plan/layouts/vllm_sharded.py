@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from checkpoint_tool.errors import InputError, UsageError, first_few
+from checkpoint_tool.formats import Format, format_of
 from checkpoint_tool.plan.inputs import layer_of
 from checkpoint_tool.plan.layouts.planned_index import PlannedIndex
 from checkpoint_tool.plan.layouts.vllm_linear import linear_params
@@ -32,7 +33,6 @@ from checkpoint_tool.plan.layouts.vllm_moe import moe_params
 from checkpoint_tool.plan.layouts.vllm_params import Param, ParamBuilder
 from checkpoint_tool.plan.model import DroppedTensor, OutputFile, output_nbytes
 from checkpoint_tool.plan.sharding import shard
-from checkpoint_tool.quant.scheme import WeightFormat
 from checkpoint_tool.targets import DEFAULT_TARGET, load_spec
 from checkpoint_tool.targets.instance import ModelInstance, instantiate
 from checkpoint_tool.targets.keys import KeyResolver
@@ -190,15 +190,14 @@ def _record(planned: Planned, index: PlannedIndex, params: list[Param]) -> None:
 
 
 def _notes(ctx: PlanInputs, spec: TargetSpec, index: PlannedIndex, inst: ModelInstance) -> None:
-    formats = set()
+    formats: dict[str, Format] = {}
     for site in inst.moes:
         weight = index.get(f"{site.vllm.rsplit('.', 1)[0]}.0.gate_proj.weight")
         if weight is not None:
-            formats.add(index.scheme(weight).format)
-    if WeightFormat.MXFP4 in formats and ctx.geometry.padded is not None:
-        ctx.notes.append(
-            "MXFP4 routed experts: vLLM's MXFP4 MoE backends round each rank's intermediate size "
-            f"up (per backend); the per-rank files hold {ctx.geometry.padded // ctx.options.tp} "
-            "rows per expert: pass --pad-to <the backend's round-up> if your backend rounds "
-            "further, or the sharded_state loader misplaces w13's up rows"
-        )
+            fmt = format_of(index.scheme(weight))
+            formats[fmt.name] = fmt
+    if ctx.geometry.padded is not None:
+        for fmt in formats.values():  # the routed experts' formats, first seen first
+            note = fmt.sharded_note(ctx.geometry.padded // ctx.options.tp)
+            if note is not None:
+                ctx.notes.append(note)

@@ -1,4 +1,4 @@
-"""The ``WeightCodec`` contract: a format's storage (``quant.storage``) plus numbers.
+"""The ``WeightCodec`` contract: a format's storage (``checkpoint_tool.formats``) plus numbers.
 
 A quantized weight is a dict of storage tensors by role (``"weight"``, ``"scale"``, NVFP4's
 ``"global_scale"``). Shapes, alignment, storage regions and pads come from the format's
@@ -19,9 +19,9 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.formats.storage import Axis, Shape, StorageFormat
 from checkpoint_tool.quant.codecs.ops import apply_pad, apply_region
 from checkpoint_tool.quant.scheme import WeightFormat
-from checkpoint_tool.quant.storage.base import Axis, Shape, StorageFormat
 from checkpoint_tool.regions import Pad, Region
 
 __all__ = ["Axis", "BaseCodec", "Parts", "Shape", "WeightCodec"]

@@ -20,11 +20,11 @@ from collections.abc import Mapping
 
 import torch
 
+from checkpoint_tool.formats.dtypes import is_e8m0_dtype
+from checkpoint_tool.formats.fp8_block import Fp8BlockStorage
 from checkpoint_tool.quant.codecs.base import BaseCodec, Parts, as_float32
 from checkpoint_tool.quant.codecs.fp8 import FP8_E4M3_MAX, decode_fp8_e4m3, encode_fp8_e4m3
 from checkpoint_tool.quant.codecs.scales import decode_scale, store_e8m0_scale, store_float_scale
-from checkpoint_tool.quant.storage.dtypes import is_e8m0_dtype
-from checkpoint_tool.quant.storage.formats import Fp8BlockStorage
 
 
 def ceil_pow2_exponent(s: torch.Tensor) -> torch.Tensor:

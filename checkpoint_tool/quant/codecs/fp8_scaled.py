@@ -1,7 +1,7 @@
 """FP8 E4M3 with one float scale over whole trailing dims: per matrix or per output row.
 
 ``W = fp8(w) * scale`` broadcast over the dims the scale drops (``scale_drop``, see
-``quant.storage.formats.Fp8ScaledStorage``); scale = amax over those dims / 448.
+``formats.fp8_scaled.Fp8ScaledStorage``); scale = amax over those dims / 448.
 
 - per tensor (``Fp8TensorCodec``): the scale is 0-d for ``[out, in]`` and ``[E]`` for stacked
   ``[E, out, in]`` (one per matrix). Quark writes it in the model dtype (BF16); default F32.
@@ -20,14 +20,14 @@ from collections.abc import Mapping
 
 import torch
 
-from checkpoint_tool.quant.codecs.base import BaseCodec, Parts, as_float32
-from checkpoint_tool.quant.codecs.fp8 import FP8_E4M3_MAX, decode_fp8_e4m3, encode_fp8_e4m3
-from checkpoint_tool.quant.codecs.scales import decode_scale, store_float_scale
-from checkpoint_tool.quant.storage.formats import (
+from checkpoint_tool.formats.fp8_scaled import (
     Fp8ChannelStorage,
     Fp8ScaledStorage,
     Fp8TensorStorage,
 )
+from checkpoint_tool.quant.codecs.base import BaseCodec, Parts, as_float32
+from checkpoint_tool.quant.codecs.fp8 import FP8_E4M3_MAX, decode_fp8_e4m3, encode_fp8_e4m3
+from checkpoint_tool.quant.codecs.scales import decode_scale, store_float_scale
 
 
 class Fp8ScaledCodec(Fp8ScaledStorage, BaseCodec):

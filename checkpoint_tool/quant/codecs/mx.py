@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import torch
 
+from checkpoint_tool.formats.grouped import MX_SCALE_MODES, MxStorage
 from checkpoint_tool.quant.codecs.base import BaseCodec, as_float32, expand_last, group_last
 from checkpoint_tool.quant.codecs.e8m0 import decode_e8m0
 from checkpoint_tool.quant.codecs.scales import mx_scale_exponent, store_e8m0_scale
-from checkpoint_tool.quant.storage.formats import MX_SCALE_MODES, MxStorage
 
 __all__ = ["MX_SCALE_MODES", "MxCodec"]
 
 
 class MxCodec(MxStorage, BaseCodec):
-    """MX numerics shared by MXFP4 and MXFP8 (storage: ``quant.storage.MxStorage``)."""
+    """MX numerics shared by MXFP4 and MXFP8 (storage: ``formats.grouped.MxStorage``)."""
 
     #: element mantissa bits and largest binade (FP4 E2M1: 1, 2; FP8 E4M3: 3, 8)
     elem_mbits: int

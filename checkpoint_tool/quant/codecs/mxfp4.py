@@ -17,10 +17,10 @@ from collections.abc import Mapping
 
 import torch
 
+from checkpoint_tool.formats.mxfp4 import MxFp4Storage
 from checkpoint_tool.quant.codecs.base import Parts
 from checkpoint_tool.quant.codecs.fp4 import decode_fp4, encode_fp4, pack_fp4
 from checkpoint_tool.quant.codecs.mx import MxCodec
-from checkpoint_tool.quant.storage.formats import MxFp4Storage
 
 
 class MxFp4Codec(MxFp4Storage, MxCodec):

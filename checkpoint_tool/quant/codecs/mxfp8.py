@@ -15,10 +15,10 @@ from collections.abc import Mapping
 
 import torch
 
+from checkpoint_tool.formats.mxfp8 import MxFp8Storage
 from checkpoint_tool.quant.codecs.base import Parts
 from checkpoint_tool.quant.codecs.fp8 import decode_fp8_e4m3, encode_fp8_e4m3
 from checkpoint_tool.quant.codecs.mx import MxCodec
-from checkpoint_tool.quant.storage.formats import MxFp8Storage
 
 
 class MxFp8Codec(MxFp8Storage, MxCodec):

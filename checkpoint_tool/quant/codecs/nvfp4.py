@@ -19,11 +19,11 @@ from collections.abc import Mapping
 
 import torch
 
+from checkpoint_tool.formats.nvfp4 import NvFp4Storage
 from checkpoint_tool.quant.codecs.base import BaseCodec, Parts, as_float32, expand_last, group_last
 from checkpoint_tool.quant.codecs.fp4 import FP4_E2M1_MAX, decode_fp4, encode_fp4, pack_fp4
 from checkpoint_tool.quant.codecs.fp8 import FP8_E4M3_MAX, decode_fp8_e4m3, encode_fp8_e4m3
 from checkpoint_tool.quant.codecs.scales import decode_scale
-from checkpoint_tool.quant.storage.formats import NvFp4Storage
 
 
 class NvFp4Codec(NvFp4Storage, BaseCodec):

@@ -17,10 +17,10 @@ from typing import Literal
 import torch
 
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.formats.dtypes import is_float_dtype
 from checkpoint_tool.quant.codecs.e8m0 import decode_e8m0, encode_e8m0
 from checkpoint_tool.quant.codecs.fp8 import decode_fp8_e4m3
 from checkpoint_tool.quant.codecs.torch_dtypes import TORCH_DTYPE
-from checkpoint_tool.quant.storage.dtypes import is_float_dtype
 
 ByteKind = Literal["e8m0", "e4m3"] | None
 

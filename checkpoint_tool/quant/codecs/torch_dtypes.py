@@ -1,4 +1,4 @@
-"""torch dtypes of codec outputs (the torch-free dtype facts live in ``quant.storage.dtypes``).
+"""torch dtypes of codec outputs (the torch-free dtype facts live in ``formats.dtypes``).
 
 Example::
 

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 import torch
 
 from checkpoint_tool.errors import InputError
+from checkpoint_tool.formats.unquantized import UnquantizedStorage
 from checkpoint_tool.quant.codecs.base import BaseCodec, Parts
 from checkpoint_tool.quant.codecs.torch_dtypes import SAFETENSORS_NAME, TORCH_DTYPE
-from checkpoint_tool.quant.storage.formats import UnquantizedStorage
 
 
 class UnquantizedCodec(UnquantizedStorage, BaseCodec):

@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from checkpoint_tool.errors import InputError
-from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+from checkpoint_tool.formats import format_of
+from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.quant.storage import get_storage_format
 
-PACKED_FP4 = (WeightFormat.MXFP4, WeightFormat.NVFP4)
 _SCALAR = [(), (1,)]
 
 
@@ -33,10 +33,8 @@ class Expected:
 
 
 def logical_shape(scheme: Scheme, dtype: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Unpacked ``[..., out, in]`` of a stored weight."""
-    if scheme.format in PACKED_FP4 and dtype in ("U8", "I8") and shape:
-        return (*shape[:-1], shape[-1] * 2)
-    return tuple(shape)
+    """Unpacked ``[..., out, in]`` of a stored weight (``Format.logical_shape``)."""
+    return format_of(scheme).logical_shape(dtype, tuple(shape))
 
 
 def _scale_shapes(scheme: Scheme, logical: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -53,7 +51,7 @@ def _scale_shapes(scheme: Scheme, logical: tuple[int, ...]) -> list[tuple[int, .
 def weight_shape_problem(scheme: Scheme, weight_dtype: str, shape: tuple[int, ...]) -> str | None:
     """Why ``scheme`` cannot store a weight of this shape (too few dims, odd packed size), or
     None."""
-    if not scheme.quantized or scheme.format is WeightFormat.UNSUPPORTED:
+    if not scheme.quantized or not format_of(scheme).decodable:
         return None
     try:
         get_storage_format(scheme).storage_shapes(logical_shape(scheme, weight_dtype, shape))
@@ -66,7 +64,7 @@ def expected_siblings(
     scheme: Scheme, weight_dtype: str, weight_shape: tuple[int, ...]
 ) -> dict[str, Expected]:
     """Suffix -> ``Expected`` for every tensor ``scheme`` stores next to the weight."""
-    if not scheme.quantized or scheme.format is WeightFormat.UNSUPPORTED:
+    if not scheme.quantized or not format_of(scheme).decodable:
         return {}
     # what the scheme stores and names, with the input scale's dtypes: all _expected reads
     full = (scheme.siblings_key, weight_dtype, tuple(weight_shape))

@@ -15,15 +15,23 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.quant.codecs import codec_for_format
-from checkpoint_tool.quant.scheme import WeightFormat
 
 _FLOATS = (torch.bfloat16, torch.float16, torch.float32)
 _E8M0 = (torch.uint8, torch.float8_e8m0fnu)
+#: ``source_format``'s spelling -> the format that decodes it (fp8_block carries its block)
+_DECODED_AS = {
+    "mxfp4": "mxfp4",
+    "mxfp8": "mxfp8",
+    "fp8_tensor": "fp8_per_tensor",
+    "fp8_channel": "fp8_per_channel",
+    "fp8_block": "fp8_block",
+}
 
 
 def source_format(weight: torch.Tensor, scale: torch.Tensor | None) -> str:
@@ -66,20 +74,13 @@ def dequantize_source(parts: Mapping[str, torch.Tensor]) -> torch.Tensor:
     if fmt in ("bf16", "f16", "f32"):
         return weight.to(torch.float32)
     assert scale is not None
-    if fmt == "mxfp4":
-        codec = codec_for_format(WeightFormat.MXFP4, scale_dtype=_scale_dtype(scale))
-    elif fmt == "mxfp8":
-        codec = codec_for_format(WeightFormat.MXFP8, scale_dtype=_scale_dtype(scale))
-    elif fmt == "fp8_tensor":
-        codec = codec_for_format(WeightFormat.FP8_PER_TENSOR, scale_dtype=_scale_dtype(scale))
+    name, _, block = fmt.partition(" ")
+    options: dict[str, Any] = {"scale_dtype": _scale_dtype(scale)}
+    if block:
+        options["block"] = tuple(int(v) for v in block.split("x"))
+    if name == "fp8_tensor":
         scale = scale.reshape(())
-    elif fmt == "fp8_channel":
-        codec = codec_for_format(WeightFormat.FP8_PER_CHANNEL, scale_dtype=_scale_dtype(scale))
-    else:
-        b0, b1 = (int(v) for v in fmt.split()[1].split("x"))
-        codec = codec_for_format(
-            WeightFormat.FP8_BLOCK, block=(b0, b1), scale_dtype=_scale_dtype(scale)
-        )
+    codec = codec_for_format(_DECODED_AS[name], **options)
     return codec.dequantize({"weight": weight, "scale": scale}).to(torch.float32)
 
 

@@ -1,5 +1,6 @@
 """What each weight format stores (no torch): expected shapes, slice alignment,
-storage regions and pads. ``quant.codecs`` builds the numeric codecs on top of it.
+storage regions and pads. The formats themselves live in ``checkpoint_tool.formats``; this
+package keeps the older import spelling.
 
 Example::
 
@@ -7,7 +8,7 @@ Example::
     get_storage_format(scheme).storage_shapes((7168, 2048))  # fp8_block: {'weight': ..., 'scale': (56, 16)}
 """
 
-from checkpoint_tool.quant.storage.base import (
+from checkpoint_tool.formats.storage import (
     Axis,
     Shape,
     StorageFormat,
@@ -15,15 +16,12 @@ from checkpoint_tool.quant.storage.base import (
     round_up,
 )
 from checkpoint_tool.quant.storage.formats import (
-    STORAGE_FORMATS,
     get_storage_format,
     scheme_alignment,
-    scheme_arguments,
     storage_for_format,
 )
 
 __all__ = [
-    "STORAGE_FORMATS",
     "Axis",
     "Shape",
     "StorageFormat",
@@ -31,6 +29,5 @@ __all__ = [
     "normalize_dim",
     "round_up",
     "scheme_alignment",
-    "scheme_arguments",
     "storage_for_format",
 ]
