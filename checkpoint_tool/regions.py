@@ -44,17 +44,34 @@ class _PieceFields(NamedTuple):
     source: str
     slices: tuple[Region, ...] = ()
     pads: tuple[Pad, ...] = ()
+    requant: str | None = None
 
 
 class Piece(_PieceFields):
-    """One source tensor, sliced (regions applied in order) then padded (pads in order)."""
+    """One source tensor, sliced (regions applied in order) then padded (pads in order).
+
+    ``requant``: the scheme the source is requantized to before slicing (``"mxfp4"``: the
+    source weight's MXFP4 codes, or the E8M0 scales when ``source`` names ``weight_scale``,
+    ``execute.requant_node``); None: the source's bytes as stored."""
 
     __slots__ = ()
 
-    def __new__(cls, source: str, slices: Iterable[Region] = (), pads: Iterable[Pad] = ()) -> Piece:
-        return super().__new__(cls, source, tuple(slices), tuple(pads))
+    def __new__(
+        cls,
+        source: str,
+        slices: Iterable[Region] = (),
+        pads: Iterable[Pad] = (),
+        requant: str | None = None,
+    ) -> Piece:
+        return super().__new__(cls, source, tuple(slices), tuple(pads), requant)
 
     @classmethod
-    def of(cls, source: str, slices: tuple[Region, ...], pads: tuple[Pad, ...]) -> Piece:
+    def of(
+        cls,
+        source: str,
+        slices: tuple[Region, ...],
+        pads: tuple[Pad, ...],
+        requant: str | None = None,
+    ) -> Piece:
         """A piece from tuples as they are (no copies: the planner's hot path)."""
-        return tuple.__new__(cls, (source, slices, pads))
+        return tuple.__new__(cls, (source, slices, pads, requant))

@@ -1,30 +1,24 @@
-"""Read many safetensors headers on two cores: this process and one forked child.
+"""Read a folder's safetensors headers on two cores: this process and one forked child.
 
 Parsing a header is pure Python work (JSON, then the checks of ``read_header``): ~0.3 s for
-the 163 shards / 92k tensors of DeepSeek-R1, and ~0.1 s more for the index. Two ways:
+the 163 shards / 92k tensors of DeepSeek-R1, and ~0.1 s more for the index.
 
-``read_verified(root, meanwhile)``: when this process has other work (``meanwhile``, e.g.
-importing what comes next), a forked child reads the index and then the shards from the
-front, while this process, once ``meanwhile`` is done, reads them from the back; the child
-checks every header it read against the index, name by name, and tells this process what the
-index maps to each other shard. The answer is the files, the index (without its
-``weight_map``) and the headers, or None when anything is off (the caller then reads it all
-itself, the careful way, and reports the precise error).
-
-``HeaderReader(candidates)`` starts a forked child (``checkpoint_tool.forked``) on the last
-``1 - PARENT_SHARE`` of the candidate files at once, so that this process can meanwhile read
-the index and parse its own share. ``read(paths)`` then returns exactly what ``read_header`` gives file by
-file, in ``paths`` order: the first failing file's ``InputError`` takes the place of its
-header and nothing after it is returned. Candidates that ``paths`` does not name (a stale
-shard next to the index) are never reported; files nobody parsed yet, or that the child
-did not answer for, are parsed here.
+``read_headers(root, indexed, meanwhile)``: a forked child reads the index (where there is
+one) and then the shards from the front of the folder's sorted listing, while this process,
+once ``meanwhile`` is done (e.g. importing what comes next), reads them from the back; they
+meet where their claims cross (``_Meeting``: a shared page, no locks), so the split follows
+however long ``meanwhile`` takes. The child checks every header it read against the index,
+name by name, and tells this process what the index maps to each other shard. The answer is
+the files, the index (without its ``weight_map``) and the headers, or None when anything is
+off or no child ran: the caller then reads it all itself (``read_serial``), the careful way,
+and reports the precise error. It is the one way: a fixed split (a child given 70% of the
+shards up front, the index read and checked here) was dropped for it, on the figures of
+``benchmarks/bench_headers.py`` (docs/inspect.md).
 
 Example::
 
-    reader = HeaderReader(sorted(root.glob("*.safetensors")))   # the child starts
-    files = files_from_index(...)                               # meanwhile, here
-    reader.read([root / f for f in files])
-    # [FileHeader(...), ...]  or  [FileHeader(...), InputError(...)]
+    got = read_headers(root, indexed=True, meanwhile=import_planner)
+    got.files[0], len(got.headers)   # ('model-00001-of-000163.safetensors', 163)
 """
 
 from __future__ import annotations
@@ -44,29 +38,29 @@ from checkpoint_tool.catalog.safetensors_format import FileHeader, HeaderColumns
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.forked import Forked, can_fork
 
-#: fewer files than this are read here: a fork and a pipe cost ~10 ms
+#: fewer shards than this are read here: a fork and a pipe cost ~10 ms
 MIN_FILES = 16
-#: the share of the candidates this process parses: it also reads the index, unpacks the
-#: child's answer and builds the catalog from all of them
-PARENT_SHARE = 0.3
 
 Result = FileHeader | InputError
 
 
-class Verified(NamedTuple):
-    """A folder's shards as its index names them, every header read and held against the
-    index: ``files`` (sorted), ``index_doc`` (its top-level object without ``weight_map``),
-    ``headers`` (one per file, in order)."""
+class Headers(NamedTuple):
+    """A folder's shards, every header read (and, with an index, held against it): ``files``
+    (sorted), ``index_doc`` (the index's top-level object without ``weight_map``; None
+    without an index), ``headers`` (one per file, in order)."""
 
     files: list[str]
-    index_doc: dict
+    index_doc: dict | None
     headers: list[FileHeader]
 
 
-def read_verified(root: Path, meanwhile: Callable[[], object]) -> Verified | None:
-    """The index of ``root`` and every header it names, read by a forked child and, once
-    ``meanwhile`` has run here (called once), by this process too; None when the child could
-    not run or anything did not check out.
+def read_headers(
+    root: Path, indexed: bool, meanwhile: Callable[[], object] | None
+) -> Headers | None:
+    """The shards of ``root`` (those its index names when ``indexed``, else every
+    ``*.safetensors``) and their headers, read by a forked child and by this process once
+    ``meanwhile`` has run here; None when no child ran (too few shards, no second core) or
+    anything did not check out. ``meanwhile`` is called once, whatever the answer.
 
     The child reads the index, then the shards from the front of the folder's sorted listing;
     this process, from the back; they meet where their claims cross (``_Meeting``). The child
@@ -75,10 +69,15 @@ def read_verified(root: Path, meanwhile: Callable[[], object]) -> Verified | Non
     own headers against those.
     """
     names = sorted(p.name for p in root.glob("*.safetensors"))
+    if len(names) < MIN_FILES or not can_fork():
+        if meanwhile is not None:
+            meanwhile()
+        return None
     meeting = _Meeting(len(names))
-    child = Forked(_verified, root, names, meeting)
+    child = Forked(_child, root, names, meeting, indexed)
     try:
-        meanwhile()
+        if meanwhile is not None:
+            meanwhile()
         mine = _read_from_back(root, names, meeting) if child.started else {}
     except BaseException:
         child.abandon()
@@ -94,14 +93,28 @@ def read_verified(root: Path, meanwhile: Callable[[], object]) -> Verified | Non
     for rel in files:
         rec = records.get(rel)
         if rec is not None:
-            headers.append(_header(root / rel, rec))  # type: ignore[arg-type]
+            headers.append(_header(root / rel, rec))
             continue
         header = mine.get(rel) or _read_one(root / rel)
-        if isinstance(header, InputError) or _names_digest(header.columns.names) != expected[rel]:
+        if isinstance(header, InputError):
             return None
-        remaining -= header.columns.count
+        if expected is not None:
+            if _names_digest(header.columns.names) != expected[rel]:
+                return None
+            remaining -= header.columns.count
         headers.append(header)
-    return Verified(files, index, headers) if remaining == 0 else None
+    return Headers(files, index, headers) if remaining == 0 else None
+
+
+def read_serial(paths: list[Path]) -> list[Result]:
+    """``read_header`` of each path in order, up to and including the first ``InputError``
+    (which takes the place of its header): the careful read."""
+    out: list[Result] = []
+    for path in paths:
+        out.append(header := _read_one(path))
+        if isinstance(header, InputError):
+            break
+    return out
 
 
 class _Meeting:
@@ -144,16 +157,19 @@ def _read_from_back(
     return mine
 
 
-def _verified(root: Path, names: list[str], meeting: _Meeting) -> tuple | None:
-    """The child's answer for ``read_verified``: ``(files, index, records, expected,
-    remaining)``: the index's shards and top-level object (without ``weight_map``), the
-    header records of the shards read here (each holding exactly the names the index maps
-    to it), ``(count, digest)`` of the names the index maps to each other shard, and how
-    many index names those shards must hold. None when anything is off (an error raised
-    here ends the child, which is None too)."""
-    index = read_json_if_present(root / INDEX_NAME) or {}
-    files = files_from_index(root, index)
-    weight_map = index.pop("weight_map")
+def _child(root: Path, names: list[str], meeting: _Meeting, indexed: bool) -> tuple | None:
+    """The child's answer for ``read_headers``: ``(files, index, records, expected,
+    remaining)``: the shards and the index's top-level object (without ``weight_map``; None
+    without an index), the header records of the shards read here (each holding exactly the
+    names the index maps to it), ``(count, digest)`` of the names the index maps to each
+    other shard (None without an index), and how many index names those shards must hold.
+    None when anything is off (an error raised here ends the child, which is None too)."""
+    index = weight_map = None
+    files = names
+    if indexed:
+        index = read_json_if_present(root / INDEX_NAME) or {}
+        files = files_from_index(root, index)
+        weight_map = index.pop("weight_map")
     wanted = set(files)
     if not wanted.issubset(names):  # a shard in a subfolder: the careful read takes it
         return None
@@ -164,10 +180,14 @@ def _verified(root: Path, names: list[str], meeting: _Meeting) -> tuple | None:
         if rel not in wanted:
             continue
         header = read_header(root / rel)
-        if not all(map(eq, map(weight_map.get, header.columns.names), repeat(rel))):
+        if weight_map is not None and not all(
+            map(eq, map(weight_map.get, header.columns.names), repeat(rel))
+        ):
             return None
         count += header.columns.count
         records[rel] = _record(header)
+    if weight_map is None:
+        return files, None, records, None, 0
     groups: dict[str, list[str]] = {rel: [] for rel in wanted.difference(records)}
     for name, rel in weight_map.items():
         group = groups.get(rel)
@@ -185,56 +205,6 @@ def _names_digest(names: list[str]) -> tuple[int, bytes]:
     return len(names), hashlib.sha256(text).digest()
 
 
-class HeaderReader:
-    """Headers of files among ``candidates``, parsed partly by a forked child."""
-
-    def __init__(self, candidates: list[Path]) -> None:
-        self.child: Forked | None = None
-        self.child_paths: list[Path] = []
-        if len(candidates) >= MIN_FILES and can_fork():
-            self.child_paths = candidates[int(len(candidates) * PARENT_SHARE) :]
-            self.child = Forked(_records, self.child_paths)
-
-    def read(
-        self, paths: list[Path], meanwhile: Callable[[], object] | None = None
-    ) -> list[Result]:
-        """``read_header`` of each path, in order, stopping after the first ``InputError``;
-        ``meanwhile`` is called once while the child works."""
-        try:
-            theirs = set(self.child_paths) if self.child is not None else set()
-            if meanwhile is not None:
-                meanwhile()
-            done = _read_serial([p for p in paths if p not in theirs])
-            if self.child is not None:
-                done.update(self._answers())
-        finally:
-            self.close()
-        out: list[Result] = []
-        for path in paths:
-            header = done.get(path)
-            if header is None:  # after an error of its reader, or no answer from the child
-                header = _read_one(path)
-            out.append(header)
-            if isinstance(header, InputError):
-                break
-        return out
-
-    def _answers(self) -> dict[Path, Result]:
-        child, self.child = self.child, None
-        records = child.result() if child is not None else None
-        if records is None:
-            return {}
-        return {
-            path: _header(path, rec) for path, rec in zip(self.child_paths, records, strict=False)
-        }
-
-    def close(self) -> None:
-        """Stop the child if its answer is no longer wanted (an error before ``read``)."""
-        if self.child is not None:
-            self.child.abandon()
-            self.child = None
-
-
 def _read_one(path: Path) -> Result:
     try:
         return read_header(path)
@@ -242,36 +212,12 @@ def _read_one(path: Path) -> Result:
         return exc
 
 
-def _read_serial(paths: list[Path]) -> dict[Path, Result]:
-    """Headers of ``paths`` in order, up to and including the first error."""
-    out: dict[Path, Result] = {}
-    for path in paths:
-        out[path] = header = _read_one(path)
-        if isinstance(header, InputError):
-            break
-    return out
-
-
-def _records(paths: list[Path]) -> list[tuple]:
-    """The child's answer: one plain tuple per file (its columns as bytes), in
-    order, the first error last."""
-    records: list[tuple] = []
-    for h in _read_serial(paths).values():
-        if isinstance(h, InputError):
-            records.append(("error", h.message, h.exit_code))
-        else:
-            records.append(_record(h))
-    return records
-
-
 def _record(h: FileHeader) -> tuple:
     """``h`` as plain data for ``marshal`` (``_header`` makes it again)."""
     return (h.header_len, h.file_size, _plain(h.columns), h.metadata)
 
 
-def _header(path: Path, rec: tuple) -> Result:
-    if rec[0] == "error":
-        return InputError(rec[1], exit_code=rec[2])
+def _header(path: Path, rec: tuple) -> FileHeader:
     header_len, file_size, columns, metadata = rec
     return FileHeader(path, header_len, file_size, _columns(columns), metadata)
 

@@ -1,8 +1,8 @@
 """Open a local checkpoint folder (or one ``.safetensors`` file in it) as a ``Catalog``.
 
-Reads ``config.json``, ``hf_quant_config.json``, the index and every shard's header (in a
-forked child where that pays, ``header_pool``); never tensor data. The table (numpy) is
-imported once the child runs.
+Reads ``config.json``, ``hf_quant_config.json``, the index and every shard's header (a forked
+child reads part of them where that pays, ``header_pool``); never tensor data. The table
+(numpy) is imported once the child runs.
 
 Example::
 
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from checkpoint_tool.catalog.header_pool import HeaderReader, read_verified
+from checkpoint_tool.catalog.header_pool import read_headers, read_serial
 from checkpoint_tool.catalog.index import (
     INDEX_NAME,
     IndexListing,
@@ -27,7 +27,6 @@ from checkpoint_tool.catalog.index import (
 )
 from checkpoint_tool.catalog.safetensors_format import PICKLE_SUFFIXES
 from checkpoint_tool.errors import InputError
-from checkpoint_tool.forked import can_fork
 
 if TYPE_CHECKING:
     from checkpoint_tool.catalog.catalog import Catalog
@@ -47,38 +46,33 @@ def open_local(
     config = read_json_if_present(root / "config.json")
     hf_quant = read_json_if_present(root / "hf_quant_config.json")
     indexed = single_file is None and (root / INDEX_NAME).exists()
-    verified = None
-    if indexed and meanwhile is not None and can_fork():
-        # a forked child reads the index and every header while meanwhile runs here
-        verified, meanwhile = read_verified(root, meanwhile), None
-    index = listing = reader = None
-    if verified is not None:
-        files, index = verified.files, verified.index_doc
+    read = None
+    if single_file is None:
+        # a forked child reads the index and the headers while meanwhile runs here
+        read, meanwhile = read_headers(root, indexed, meanwhile), None
+    index = listing = None
+    if read is not None:
+        files, index = read.files, read.index_doc
     elif single_file is not None:
         files = [single_file]
-    elif indexed:
-        # a forked child starts parsing the shards next to the index while it is read here
-        reader = HeaderReader(sorted(root.glob("*.safetensors")))
-        try:
-            index = read_json_if_present(root / INDEX_NAME)
-            files = files_from_index(root, index or {})
-            listing = IndexListing.take(index or {})
-        except BaseException:
-            reader.close()
-            raise
+    elif indexed:  # the careful read: every error found here, in file order
+        index = read_json_if_present(root / INDEX_NAME)
+        files = files_from_index(root, index or {})
+        listing = IndexListing.take(index or {})
     else:
         files = _shard_files(root)
+    if meanwhile is not None:
+        meanwhile()
     # the table (numpy) is imported here: a forked child may be parsing headers meanwhile
     from checkpoint_tool.catalog.catalog import Catalog, add_headers
 
     cat = Catalog(
         root=root, tensors={}, files=files, config=config, hf_quant_config=hf_quant, index=index
     )
-    paths = [root / rel for rel in files]
-    if verified is not None:
-        add_headers(cat, files, verified.headers)
+    if read is not None:
+        add_headers(cat, files, read.headers)
     else:
-        add_headers(cat, files, (reader or HeaderReader(paths)).read(paths, meanwhile))
+        add_headers(cat, files, read_serial([root / rel for rel in files]))
     if listing is not None:
         check_index_matches(root, listing, cat)
     return cat

@@ -36,7 +36,7 @@ from checkpoint_tool.execute.readahead import Prefetcher, merge_ranges, node_ran
 from checkpoint_tool.execute.requant_node import RequantCache
 from checkpoint_tool.execute.source import RangeReader, SourceFiles
 from checkpoint_tool.execute.stream import Cancelled, TensorStream
-from checkpoint_tool.execute.tree import build_node
+from checkpoint_tool.execute.tree import build_node, files_read
 from checkpoint_tool.execute.writer import (
     SafetensorsWriter,
     fsync,
@@ -162,10 +162,7 @@ class FileRun:
                 w.begin_tensor(t.name)
                 stream.fill(node, sink)
                 w.end_tensor()
-            files = {
-                self.sources.catalog.tensors[p.source].file for t in ofile.tensors for p in t.pieces
-            }
-            self.sources.check_unchanged(sorted(files))
+            self.sources.check_unchanged(files_read(self.sources.catalog.tensors, [ofile]))
         return FileRecord(name=ofile.name, size=w.size, sha256=w.sha256)
 
     def record(self, i: int, rec: FileRecord, *, count_bytes: bool = False) -> None:

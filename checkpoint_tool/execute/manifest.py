@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field, ValidationError
 from checkpoint_tool.errors import OutputError
 from checkpoint_tool.execute.source_identity import SourceIdentity
 from checkpoint_tool.execute.writer import write_bytes_atomic
-from checkpoint_tool.plan.model import DroppedTensor, PlanOptions
+from checkpoint_tool.plan.model import DroppedTensor, Plan, PlanOptions
 from checkpoint_tool.plan.serialize import plan_sha256 as plan_sha256  # the plan's fingerprint
 
 MANIFEST_NAME = "ckpt-manifest.json"
@@ -37,6 +37,17 @@ JOURNAL_NAME = ".ckpt-journal.json"
 MANIFEST_FORMAT = "ckpt-manifest/1"
 #: a bookkeeping record type (``read_bookkeeping``)
 M = TypeVar("M", bound=BaseModel)
+
+
+def plan_matches(plan: Plan, recorded: str) -> bool:
+    """Whether ``recorded`` (a manifest's ``plan_sha256``) fingerprints ``plan``: its hash now,
+    or as ckpt hashed plans before the plan had its own JSON encoding
+    (``plan.legacy_hash``), so an output an earlier ckpt wrote still verifies."""
+    if plan_sha256(plan) == recorded:
+        return True
+    from checkpoint_tool.plan.legacy_hash import legacy_plan_sha256
+
+    return legacy_plan_sha256(plan) == recorded
 
 
 class FileRecord(BaseModel):

@@ -1,6 +1,8 @@
-"""The executor's side of a requantized piece: ``<module>.weight@mxfp4`` /
-``<module>.weight_scale@mxfp4`` in a plan is the MXFP4 codes / E8M0 scales of the module's
-source weight, dequantized (``quant.requant.source``) and quantized (``quant.requant.mxfp4``).
+"""The executor's side of a requantized piece: a piece with ``requant="mxfp4"`` and source
+``<module>.weight`` / ``<module>.weight_scale`` is the MXFP4 codes / E8M0 scales of the
+module's source weight, dequantized (``quant.requant.source``) and quantized
+(``quant.requant.mxfp4``). ``read_name`` is the source tensor such a piece reads (the
+module's weight), for the executor's bookkeeping of which shards a file reads.
 
 ``requant_node`` gives an ``execute.ops`` node: the module is requantized when the stream first
 asks for its rows (reading the source through the stream's reader, a block of rows at a time),
@@ -14,7 +16,8 @@ Deterministic: the same source bytes give the same output bytes on any machine.
 Example::
 
     cache = RequantCache(max_bytes=256 << 20)
-    node = requant_node(Piece("model.layers.1.mlp.shared_experts.down_proj.weight@mxfp4"),
+    node = requant_node(Piece("model.layers.1.mlp.shared_experts.down_proj.weight",
+                              requant="mxfp4"),
                         catalog.tensors, "model.layers.1.mlp.experts.4.down_proj.weight", cache)
     node.shape, node.itemsize   # ((64, 64), 1): U8 [H, I/2]
 """
@@ -32,7 +35,7 @@ from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.execute.ops import Node, PieceNode, ReadFn, piece_node
 from checkpoint_tool.plan.model import Piece
-from checkpoint_tool.quant.requant.scheme import GROUP, SCALE_SUFFIXES, SUFFIX
+from checkpoint_tool.quant.requant.scheme import GROUP, REQUANT, SCALE_SUFFIXES
 from checkpoint_tool.quant.resolve import split_tensor_name
 
 #: a module's requantized bytes: (packed E2M1 codes, E8M0 scales)
@@ -82,16 +85,25 @@ class RequantCache:
             mine.set()
 
 
-def is_requantized(source: str) -> bool:
-    return source.endswith(SUFFIX)
+def read_name(piece: Piece) -> str:
+    """The source tensor ``piece`` reads: its source, or a requantized piece's module weight.
+    Example: ``read_name(Piece("m.weight_scale", requant="mxfp4"))`` -> ``"m.weight"``."""
+    if piece.requant is None:
+        return piece.source
+    return split_tensor_name(piece.source)[0] + ".weight"
 
 
 def requant_node(
     piece: Piece, sources: Mapping[str, TensorEntry], tensor: str, cache: RequantCache
 ) -> RequantNode:
     """The node of one requantized piece of output ``tensor`` (see the module doc)."""
-    base = piece.source[: -len(SUFFIX)]
+    base = piece.source
     module, part = split_tensor_name(base)
+    if piece.requant != REQUANT:
+        raise InputError(
+            f"{tensor}: source {base!r} is to be requantized to {piece.requant!r}; this ckpt "
+            f"requantizes to {REQUANT!r} only: re-plan"
+        )
     weight = sources.get(f"{module}.weight")
     if weight is None or part not in ("weight", "weight_scale"):
         raise InputError(

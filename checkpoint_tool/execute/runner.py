@@ -66,7 +66,7 @@ from checkpoint_tool.execute.paths import check_apart, inside_source
 from checkpoint_tool.execute.progress import Progress, make_progress
 from checkpoint_tool.execute.source import SourceFiles
 from checkpoint_tool.execute.source_identity import SourceIdentity
-from checkpoint_tool.execute.tree import build_node
+from checkpoint_tool.execute.tree import build_node, files_read
 from checkpoint_tool.execute.writer import (
     fsync_dir,
 )
@@ -213,10 +213,7 @@ def finish_output(
     the manifest depends only on the plan, the source and the weight files' records."""
     plan, sources = run.plan, run.sources
     other_records = run.write_others(others, sources.catalog)
-    used = sorted(
-        {sources.catalog.tensors[p.source].file for f in plan.files for t in f.tensors
-         for p in t.pieces}
-    )  # fmt: skip
+    used = files_read(sources.catalog.tensors, plan.files)
     sources.check_unchanged(used)
     sources.check_content(used)  # an edit whose mtime was put back: never under a manifest
     source_records = _source_records(sources, hash_source, run.progress)

@@ -2,7 +2,7 @@
 
 ``build_node`` turns one ``OutputTensor`` (pieces, pads, concat/stack) into ``PieceNode`` /
 ``CombineNode`` trees over the source tensors, checked against the planned dtype and shape; a
-requantized piece (``<module>.weight@mxfp4``) becomes an ``execute.requant_node`` node, a
+requantized piece (``Piece.requant`` set) becomes an ``execute.requant_node`` node, a
 tensor with no pieces but a ``fill`` a constant block.
 
 Example (rank 1 of 2 of a ``[4, 6]`` BF16 down projection, padded from 3 to 4 columns)::
@@ -14,15 +14,22 @@ Example (rank 1 of 2 of a ``[4, 6]`` BF16 down projection, padded from 3 to 4 co
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.catalog.safetensors_format import storage_layout
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.execute.ops import CombineNode, Node, PieceNode, byte_strides, piece_node
-from checkpoint_tool.execute.requant_node import RequantCache, requant_node
-from checkpoint_tool.plan.model import OutputTensor
-from checkpoint_tool.quant.requant.scheme import SUFFIX
+from checkpoint_tool.execute.requant_node import RequantCache, read_name, requant_node
+from checkpoint_tool.plan.model import OutputFile, OutputTensor
+
+
+def files_read(sources: Mapping[str, TensorEntry], files: Iterable[OutputFile]) -> list[str]:
+    """The source shards the output ``files`` read (sorted), e.g.
+    ``['model-00001-of-00002.safetensors']``; a requantized piece reads its module's weight."""
+    return sorted(
+        {sources[read_name(p)].file for f in files for t in f.tensors for p in t.pieces}
+    )
 
 
 def build_node(
@@ -40,7 +47,7 @@ def build_node(
         raise InputError(f"{out.name}: the plan gives no source pieces; re-plan")
     pieces: list[Node] = []
     for piece in out.pieces:
-        if piece.source.endswith(SUFFIX):  # a requantized source (``execute.requant_node``)
+        if piece.requant is not None:  # a requantized source (``execute.requant_node``)
             if requant is None:
                 requant = RequantCache(max_bytes=0)
             pieces.append(requant_node(piece, sources, out.name, requant))

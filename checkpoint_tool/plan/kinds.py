@@ -5,9 +5,11 @@
 - ``redirect``: a shared-expert tensor as the chunks that become routed slots (FSE);
 - ``unfuse``: a 3-D fused expert tensor as one tensor per expert and projection.
 
-(Renames are the recipe's ``RuleSet.rename``; files are ``plan.sharding`` and the layouts.)
-None of them sees the catalog or the policy: a test calls them with a ``TensorEntry`` or two,
-a storage codec and the widths. ``plan.outputs`` decides which kind applies to each tensor.
+``rule_for`` is the rule that says which of them places a tensor, from its expert part
+alone. (Renames are the recipe's ``RuleSet.rename``; files are ``plan.sharding`` and the
+layouts.) None of them sees the catalog or the policy: a test calls them with a
+``TensorEntry`` or two, a storage codec and the widths. ``plan.outputs`` applies them once
+per distinct form.
 
 Example (MXFP4 down weight U8 [7168, 80] = logical [7168, 160], padded 160 -> 192)::
 
@@ -31,6 +33,25 @@ from checkpoint_tool.regions import Piece, Region
 
 #: ``pad``'s cache: placements by shape signature (experts of a layer share shapes)
 PlacementCache = dict[tuple[object, ...], Placement]
+
+#: the kinds, as ``rule_for`` numbers them: ``KEEP`` and ``PAD`` give one output per source,
+#: ``REDIRECT`` and ``UNFUSE`` several
+KEEP, PAD, REDIRECT, UNFUSE = range(4)
+
+
+def rule_for(part: ExpertPart | None, *, fse: bool, pads: bool) -> int:
+    """The kind that places a tensor of expert ``part`` (None: not an expert tensor): a 3-D
+    fused expert tensor written per expert is unfused; a shared expert's tensor in a layer
+    whose shared expert becomes routed slots (``fse``) is redirected; any other expert tensor
+    is padded where the plan pads (``pads``), else kept, as every other tensor is.
+    Example: ``rule_for(None, fse=True, pads=True)`` -> ``KEEP``."""
+    if part is None:
+        return KEEP
+    if part.unfused:
+        return UNFUSE
+    if part.kind == "shared" and fse:
+        return REDIRECT
+    return PAD if pads else KEEP
 
 
 def keep(entry: TensorEntry) -> Placement:

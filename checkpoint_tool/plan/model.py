@@ -178,7 +178,7 @@ class PlanSummary(BaseModel):
 class Plan:
     """Everything the executor does, and everything a reviewer needs to see before it runs.
 
-    Fields in document order (the compact JSON the plan hash reads keeps it)."""
+    Fields in document order (``plan.serialize.plan_dump`` keeps it; the JSON sorts keys)."""
 
     ckpt_version: str
     source: str

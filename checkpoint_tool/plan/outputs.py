@@ -2,22 +2,21 @@
 
 The sources are taken in name order, as columns (``catalog.table``, ``resolved.columns``):
 
-1. outside ``--layers``: dropped (rule ``layers``);
-2. the recipe's drop rules;
-3. a 3-D fused expert tensor: ``unfuse`` (one tensor per expert and projection);
-4. a shared-expert tensor of an FSE layer: ``redirect`` (one output per routed slot, each
-   chunk padded to the padded intermediate size);
-5. any other expert tensor: ``pad`` to the padded intermediate size (routed) or to the padded
-   shared width (shared experts that stay shared), or ``keep`` when nothing pads;
-6. everything else: ``keep``.
+1. outside ``--layers``: dropped (rule ``layers``); then the recipe's drop rules;
+2. the rest are placed by the kinds of ``plan.kinds``, the one ``kinds.rule_for`` picks from
+   each tensor's expert part: ``unfuse`` (a 3-D fused expert tensor: one tensor per expert
+   and projection), ``redirect`` (a shared-expert tensor of an FSE layer: one output per
+   routed slot), ``pad`` (any other expert tensor, to the padded intermediate size, or to the
+   padded shared width for shared experts that stay shared), ``keep`` (everything else).
 
-Steps 5 and 6 are the bulk (about every tensor of a full-size model): their names go through
-the recipe's rules as columns of ``NAME_BLOCK`` names (``RuleSet.rename_all``; no step holds
-every name as a string) and each distinct placement is made once (``plan.kinds``; the 256
-experts of a layer and projection share one ``Form``). Steps 3 and 4 go tensor by tensor. The result is an ``OutputTable`` whose rows reference the
-catalog's rows, in plan order (by source name; a source's outputs in placement order). Then
-the checks: collisions (two sources, one name), unmatched tensors and, when the loader
-re-applies the rules, names it would rename again.
+``keep`` and ``pad`` are the bulk (about every tensor of a full-size model): their names go
+through the recipe's rules as columns of ``NAME_BLOCK`` names (``RuleSet.rename_all``; no step
+holds every name as a string), and the kind is applied once per distinct form (``_PerForm``:
+the 256 experts of a layer and projection share one ``Form``). ``unfuse`` and ``redirect``
+go tensor by tensor (each output has a name of its own). The result is an ``OutputTable``
+whose rows reference the catalog's rows, in plan order (by source name; a source's outputs
+in placement order). Then the checks: collisions (two sources, one name), unmatched tensors
+and, when the loader re-applies the rules, names it would rename again.
 
 Example::
 
@@ -29,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from operator import ne
@@ -40,11 +40,22 @@ from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.catalog.grouping import dense_ids, first_rows
 from checkpoint_tool.catalog.patterns import NAME_BLOCK
 from checkpoint_tool.catalog.safetensors_format import DTYPE_NAMES, storage_shape, tensor_nbytes
-from checkpoint_tool.errors import InputError, UsageError, first_few
+from checkpoint_tool.errors import InputError
 from checkpoint_tool.plan.experts import ExpertColumns, ExpertPart, expert_columns
 from checkpoint_tool.plan.inputs import PlanInputs, layer_column
-from checkpoint_tool.plan.kinds import PlacementCache, check_intermediate, pad, redirect, unfuse
+from checkpoint_tool.plan.kinds import (
+    KEEP,
+    PAD,
+    UNFUSE,
+    PlacementCache,
+    check_intermediate,
+    pad,
+    redirect,
+    rule_for,
+    unfuse,
+)
 from checkpoint_tool.plan.model import COPY_OPS, DroppedTensor
+from checkpoint_tool.plan.name_checks import OutputLog, check_names
 from checkpoint_tool.plan.output_table import KIND, Form, OutputRows, OutputTable
 from checkpoint_tool.plan.pieces import Placement
 from checkpoint_tool.quant.resolve import split_tensor_name
@@ -84,41 +95,6 @@ class Planned:
         return self.outputs.rows(np.arange(len(self.outputs)))
 
 
-class _Log:
-    """Per output row, in the order rows are added: what the checks need of its name (the
-    name itself is the table's): its rename history, whether a keep rule kept it, the engine
-    name where it differs from the written one, its place among its source's outputs."""
-
-    def __init__(self) -> None:
-        self.histories: dict[tuple[str, ...], int] = {(): 0}
-        self._steps: list[np.ndarray] = []
-        self._kept: list[np.ndarray] = []
-        self._sub: list[np.ndarray] = []
-        self.engine: dict[int, str] = {}
-        self.rows = 0
-
-    def add(
-        self,
-        steps: np.ndarray,
-        histories: list[tuple[str, ...]],
-        kept: np.ndarray,
-        sub: np.ndarray,
-        engine: dict[int, str],
-    ) -> None:
-        """Rows whose histories are ``histories[steps[k]]`` (``engine``: by row within)."""
-        number = np.array([self.histories.setdefault(h, len(self.histories)) for h in histories])
-        self._steps.append(number[steps] if len(steps) else np.zeros(0, np.int64))
-        self._kept.append(np.asarray(kept, bool))
-        self._sub.append(np.asarray(sub, np.int64))
-        self.engine.update((self.rows + k, e) for k, e in engine.items())
-        self.rows += len(steps)
-
-    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(history number, kept, place among the source's outputs)`` of every row."""
-        return tuple(np.concatenate(c) if c else np.zeros(0, np.int64)  # type: ignore[return-value]
-                     for c in (self._steps, self._kept, self._sub))  # fmt: skip
-
-
 def plan_outputs(inputs: PlanInputs) -> Planned:
     """Place every source tensor of ``inputs.catalog`` (see the module docstring)."""
     table = inputs.catalog.table
@@ -128,24 +104,57 @@ def plan_outputs(inputs: PlanInputs) -> Planned:
     cols = inputs.resolved.columns
     experts = expert_columns(inputs.facts, cols)
     kind = experts.kind_of(cols.module[rows])
-    one_by_one = np.array(
-        [p.unfused or (p.kind == "shared" and bool(inputs.fse_layers.get(p.layer.layer)))
-         for p in experts.kinds] + [False],
-        bool,
-    )[kind]  # fmt: skip
-    log = _Log()
+    rule = _rules(inputs, experts)[kind]
+    log = OutputLog()
     cutter = _Cutter(inputs)
-    _place_bulk(inputs, out, experts, rows[~one_by_one], cutter, log)
-    for row in rows[one_by_one].tolist():
+    bulk = rule <= PAD
+    _place_per_form(inputs, out, experts, rows[bulk], kind[bulk], rule[bulk], cutter, log)
+    for row, r in zip(rows[~bulk].tolist(), rule[~bulk].tolist(), strict=True):
         part = experts.parts[int(cols.module[row])]
-        _record(inputs, out, row, part, _place(inputs, table.entry(row), row, part, cutter), log)
+        placed = _place(inputs, table.entry(row), row, part, r, cutter)
+        _record(inputs, out, row, part, placed, log)
     # plan order: by source name, then a source's outputs in the order they were placed
     rank = np.empty(len(table), np.int64)
     rank[rows] = np.arange(len(rows))
     perm = np.lexsort((log.columns()[2], rank[out.outputs.columns()[0]]))
     out.outputs.reorder(perm)
-    _check(inputs, out, log, perm)
+    check_names(inputs, out.outputs, log, perm)
     return out
+
+
+def _rules(inputs: PlanInputs, experts: ExpertColumns) -> np.ndarray:
+    """``kinds.rule_for`` of each expert kind of ``experts``, and ``KEEP`` last (at -1: no
+    expert), to be indexed by a kind column."""
+    pads = inputs.geometry.pads
+    rules = [
+        rule_for(p, fse=bool(inputs.fse_layers.get(p.layer.layer)), pads=pads)
+        for p in experts.kinds
+    ]
+    return np.array([*rules, KEEP], np.int8)
+
+
+class _PerForm:
+    """Rows grouped by equal values of key ``columns`` (everything their output's form
+    depends on): each group is placed once, at its first row, and its form number and size
+    go to all its rows.
+
+    Example: ``_PerForm(np.array([7, 3, 7])).place(lambda k: (k, 1))`` -> per row
+    ``(array([0, 1, 0]), array([1, 1, 1]))``: rows 0 and 2 share the placement of row 0.
+    """
+
+    def __init__(self, *columns: np.ndarray) -> None:
+        self.inverse = dense_ids(*columns)
+        count = int(self.inverse.max()) + 1 if len(self.inverse) else 0
+        self.first = first_rows(self.inverse, count)
+
+    def place(self, one: Callable[[int], tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+        """``one(k)`` -> ``(form number, size or -1)`` of each group's first row ``k``, the
+        groups in row order (the first error is the first row's); per row, ``(form, size)``."""
+        form = np.empty(len(self.first), np.int32)
+        size = np.empty(len(self.first), np.int64)
+        for u in np.argsort(self.first, kind="stable").tolist():
+            form[u], size[u] = one(int(self.first[u]))
+        return form[self.inverse], size[self.inverse]
 
 
 def _drops(inputs: PlanInputs, out: Planned, order: np.ndarray) -> np.ndarray:
@@ -174,24 +183,24 @@ def _drops(inputs: PlanInputs, out: Planned, order: np.ndarray) -> np.ndarray:
     return order[~dropped]
 
 
-def _place_bulk(
+def _place_per_form(
     inputs: PlanInputs,
     out: Planned,
     experts: ExpertColumns,
     rows: np.ndarray,
+    kind: np.ndarray,
+    rule: np.ndarray,
     cutter: _Cutter,
-    log: _Log,
+    log: OutputLog,
 ) -> None:
-    """Steps 5 and 6 for ``rows`` (name order): one rename column, and one placement per
-    distinct (dtype, shape, expert kind, weight, rename history) of the rows."""
+    """``keep`` and ``pad`` for ``rows`` (name order; ``kind``: each row's expert kind,
+    ``rule``: ``KEEP`` or ``PAD``): one rename column, and each distinct form placed once."""
     cols, table = inputs.resolved.columns, inputs.catalog.table
-    n = len(rows)
     renamed = _rename_bulk(inputs, out, rows)
-    changed, role = renamed.changed, cols.role[rows]
-    kind = experts.kind_of(cols.module[rows])
+    changed, kept = renamed.changed, np.frombuffer(renamed.kept, np.uint8)
     shape_id, shapes = table.shape_ids()
     dtype = table.dtype_codes()
-    padding = (kind >= 0) & inputs.geometry.pads
+    padding = rule == PAD
 
     def padded(column: np.ndarray) -> np.ndarray:
         """``column`` where the row is padded, else -1 (int64: the columns are often uint8)."""
@@ -202,42 +211,37 @@ def _place_bulk(
     fused_3d = np.array([p.fused_3d for p in experts.kinds] + [False], bool)[kind]
     weight = np.where(padding & fused_3d, rows, weight)
     w = np.maximum(weight, 0)
-    columns = [
-        dtype[rows], shape_id[rows], renamed.step_ids, np.frombuffer(renamed.kept, np.uint8),
-        changed, padding, padded(role), padded(kind), padded(dtype[w]), padded(shape_id[w]),
+    forms = _PerForm(
+        dtype[rows], shape_id[rows], renamed.step_ids, kept, changed, padding,
+        padded(cols.role[rows]), padded(kind), padded(dtype[w]), padded(shape_id[w]),
         padded(cols.scheme[w]), weight < 0,
-    ]  # fmt: skip
-    inverse = dense_ids(*columns)
-    count = int(inverse.max()) + 1 if len(inverse) else 0
-    first = first_rows(inverse, count)
-    form_of = np.empty(count, np.int32)
-    size_of = np.empty(count, np.int64)
+    )  # fmt: skip
     outputs = out.outputs
-    for u in np.argsort(first, kind="stable").tolist():  # in name order: the first error first
-        k = int(first[u])
+
+    def one(k: int) -> tuple[int, int]:
         row = int(rows[k])
-        steps = renamed.histories[renamed.step_ids[k]]
-        kept = bool(renamed.kept[k])
+        history = renamed.histories[renamed.step_ids[k]]
         how = "renamed" if changed[k] else "same"
-        if padding[k]:
-            placement = cutter.bulk_pad(row, experts.kinds[kind[k]])
-            form = _form(DTYPE_NAMES[dtype[row]], placement, _ops(placement.ops, steps, kept, how))
-            size = -1 if placement.copy else tensor_nbytes(form.dtype, form.shape)
-        else:
-            ops = _ops(COPY_OPS, steps, kept, how)
-            form = Form(
-                DTYPE_NAMES[dtype[row]], shapes[shape_id[row]], (((), ()),), ops=ops, copy=True
-            )
-            size = -1
-        form_of[u], size_of[u] = outputs.form_id(form), size
-    sizes = size_of[inverse]
+        dtype_name = DTYPE_NAMES[dtype[row]]
+        if not padding[k]:
+            ops = _ops(COPY_OPS, history, bool(kept[k]), how)
+            form = Form(dtype_name, shapes[shape_id[row]], (((), ()),), ops=ops, copy=True)
+            return outputs.form_id(form), -1
+        placement = cutter.bulk_pad(row, experts.kinds[kind[k]])
+        form = _form(dtype_name, placement, _ops(placement.ops, history, bool(kept[k]), how))
+        size = -1 if placement.copy else tensor_nbytes(form.dtype, form.shape)
+        return outputs.form_id(form), size
+
+    form_of, sizes = forms.place(one)
     own_size = sizes < 0
     sizes[own_size] = table.nbytes_column()[rows[own_size]]
     kinds = np.where(changed, KIND["renamed"], KIND["kept"]).astype(np.uint8)
     moe_layer = np.array([p.layer.layer for p in experts.kinds] + [-1], np.int32)[kind]
-    outputs.extend(rows, form_of[inverse], moe_layer, kinds, kind >= 0, sizes, renamed.own)
-    kept_rows = np.frombuffer(renamed.kept, np.uint8).astype(bool)
-    log.add(renamed.step_ids, renamed.histories, kept_rows, np.zeros(n, np.int64), renamed.engine)
+    outputs.extend(rows, form_of, moe_layer, kinds, kind >= 0, sizes, renamed.own)
+    log.add(
+        renamed.step_ids, renamed.histories, kept.astype(bool), np.zeros(len(rows), np.int64),
+        renamed.engine,
+    )  # fmt: skip
 
 
 class _BulkRenamed(NamedTuple):
@@ -292,10 +296,10 @@ def _rename_bulk(inputs: PlanInputs, out: Planned, rows: np.ndarray) -> _BulkRen
 
 
 def _place(
-    inputs: PlanInputs, entry: TensorEntry, row: int, part: ExpertPart, cutter: _Cutter
+    inputs: PlanInputs, entry: TensorEntry, row: int, part: ExpertPart, rule: int, cutter: _Cutter
 ) -> list[tuple[Renamed, Placement]]:
-    """Steps 3 and 4: the placements of 3-D fused expert tensor or FSE shared-expert tensor
-    ``entry`` (catalog row ``row``) and the names they are written as."""
+    """``unfuse`` or ``redirect`` (``rule``) of ``entry`` (catalog row ``row``): the
+    placements and the names they are written as."""
     cols = inputs.resolved.columns
     name = entry.name
     scheme = cols.schemes[cols.scheme[row]]
@@ -304,7 +308,7 @@ def _place(
     rename = partial(inputs.rules.rename, scheme=scheme, drop_checked=True)
     geo = inputs.geometry
     layer = part.layer
-    if part.unfused:
+    if rule == UNFUSE:
         placed = unfuse(entry, role, inputs.codec(scheme), part, target=geo.routed_target())
         return [
             (replace(rename(per_expert, is_scale=False), source=name, unfused=True), p)
@@ -327,9 +331,9 @@ def _record(
     row: int,
     part: ExpertPart,
     placed: list[tuple[Renamed, Placement]],
-    log: _Log,
+    log: OutputLog,
 ) -> None:
-    """Add the outputs of one source tensor placed one by one (steps 3 and 4)."""
+    """Add the outputs of one source tensor placed one by one (``unfuse``, ``redirect``)."""
     table, cols = inputs.catalog.table, inputs.resolved.columns
     entry = table.entry(row)
     source, dtype = entry.name, entry.dtype
@@ -474,68 +478,3 @@ def _ops(ops: tuple[str, ...], steps: tuple[str, ...], kept: bool, how: str) -> 
     if rule_steps:
         return (*ops, f"rename ({', '.join(rule_steps)})")
     return ops
-
-
-def _check(inputs: PlanInputs, out: Planned, log: _Log, perm: np.ndarray) -> None:
-    """Collisions, unmatched tensors and the loader's fixed points, in plan order (``perm``:
-    each output row's number in ``log``)."""
-    table = out.outputs
-    source = table.columns()[0].tolist()
-    name_of = inputs.catalog.table.name
-    steps, kept, _ = (c[perm] for c in log.columns())
-    history = {k: h for h, k in log.histories.items()}
-    if _collides(inputs, table):
-        seen: dict[str, int] = {}
-        row = 0
-        for block in table.name_blocks(NAME_BLOCK):
-            for name in block:
-                first = seen.setdefault(name, row)
-                if first != row:
-                    a, b = history[int(steps[first])], history[int(steps[row])]
-                    raise InputError(
-                        f"{inputs.catalog.root}: tensors {name_of(source[first])!r} and "
-                        f"{name_of(source[row])!r} would both be written as {name!r} (rules "
-                        f"{', '.join(a) or 'none'} / {', '.join(b) or 'none'}); add a drop "
-                        "rule for one of them in a recipe file (--recipe PATH)"
-                    )
-                row += 1
-    unmatched = [name_of(source[row]) for row in np.flatnonzero(steps == 0).tolist()]
-    if unmatched:
-        raise InputError(
-            f"{inputs.catalog.root}: {len(unmatched)} tensor(s) match no rule of recipe "
-            f"{inputs.recipe.name}: {first_few(unmatched)}; give the right "
-            "--recipe, or add drop/keep/accept rules in a recipe file (--recipe PATH)"
-        )
-    if not inputs.recipe.loader_reapplies_rules:
-        return
-    order = perm.tolist()
-    start = 0
-    for block in table.name_blocks(NAME_BLOCK):
-        for k in np.flatnonzero(~kept[start : start + len(block)]).tolist():
-            row, name = start + k, block[k]
-            engine = log.engine.get(order[row], name)
-            again = inputs.rules.loader_view(name)
-            if again != engine:
-                raise UsageError(
-                    f"recipe {inputs.recipe.name}: {name_of(source[row])!r} is written as "
-                    f"{name!r}, which the loader renames again to {again!r} instead of "
-                    f"{engine!r}; mark the rule that is not idempotent `at_load: true` in the "
-                    "recipe"
-                )
-        start += len(block)
-
-
-def _collides(inputs: PlanInputs, table: OutputTable) -> bool:
-    """Would two outputs have one name? Sources' names are distinct, so only a name a rule
-    or the planner made can collide: with another such name, or with a source written under
-    its own name."""
-    own = [n for n in table.names if n is not None]
-    if len(set(own)) != len(own):
-        return True
-    if not own:
-        return False
-    as_is = np.zeros(len(inputs.catalog.table), bool)  # sources written under their own name
-    source = table.columns()[0]
-    as_is[source[np.array([n is None for n in table.names], bool)]] = True
-    rows = inputs.catalog.table.rows_of(own)
-    return any(r is not None and as_is[r] for r in rows)

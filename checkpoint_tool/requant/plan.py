@@ -3,9 +3,9 @@
 1. the layers (``select``), with the errors measured first when a budget is given (``error``);
 2. the source viewed as requantized (``view``), planned by the ordinary planner: policy, FSE
    slots on a fusing ``--target``, padding, TP, layouts all see MXFP4 shared experts;
-3. every planned piece of a requantized tensor points back at the source as
-   ``<module>.weight@mxfp4`` / ``<module>.weight_scale@mxfp4`` (the executor's
-   ``execute.requant_node``), its ops start with ``requantize mxfp4 <- <source format>``, and
+3. every planned piece of a requantized tensor is marked ``requant="mxfp4"`` (its source
+   ``<module>.weight`` / ``<module>.weight_scale``: the codes / scales the executor's
+   ``execute.requant_node`` makes from the module's source weight), its ops start with ``requantize mxfp4 <- <source format>``, and
    ``config.json["ckpt"]["requantized_shared"]`` records what was done (the manifest hashes
    both: the plan and config.json).
 
@@ -22,10 +22,9 @@ from __future__ import annotations
 from typing import Any
 
 from checkpoint_tool.catalog.catalog import Catalog
-from checkpoint_tool.catalog.safetensors_format import TensorEntry
 from checkpoint_tool.model import model_facts
 from checkpoint_tool.plan.model import OutputTensor, Plan, PlanOptions
-from checkpoint_tool.quant.requant.scheme import SUFFIX
+from checkpoint_tool.quant.requant.scheme import REQUANT
 from checkpoint_tool.regions import Piece
 from checkpoint_tool.requant.select import RequantRequest, candidate_layers, select_layers
 from checkpoint_tool.requant.view import RequantView, requant_view
@@ -66,26 +65,11 @@ def plan_with_requant(
     layers = select_layers(request, facts, budget, where=where)
     view = requant_view(catalog, facts, layers)
     plan = plan_for_catalog(view.catalog, options, recipe=recipe)
-    add_sources(catalog, view)
     return finish(plan, view, errors or {})
 
 
-def add_sources(catalog: Catalog, view: RequantView) -> None:
-    """List ``<name>@mxfp4`` in ``catalog`` (the source the executor reads): each names the
-    file of its module's source weight, so the executor's file bookkeeping (which shards a
-    file reads, unchanged checks) finds it; its bytes come from ``execute.requant_node``."""
-    added = []
-    for vname, module in view.virtual.items():
-        src = catalog.tensors[view.modules[module].weight]
-        v = view.catalog.tensors[vname]
-        added.append(
-            TensorEntry(vname + SUFFIX, src.file, v.dtype, v.shape, src.begin, src.begin + v.nbytes)
-        )
-    catalog.add_tensors(added)
-
-
 def finish(plan: Plan, view: RequantView, errors: dict[int, Any]) -> Plan:
-    """Point the view's virtual tensors back at the source; record the requantization."""
+    """Mark the pieces of the view's virtual tensors requantized; record the requantization."""
     ops_cache: dict[tuple[tuple[str, ...], str], tuple[str, ...]] = {}
     virtual = view.virtual
     for f in plan.files:
@@ -105,7 +89,7 @@ def finish(plan: Plan, view: RequantView, errors: dict[int, Any]) -> Plan:
                     *t.ops,
                 )
             pieces = [
-                Piece.of(p.source + SUFFIX, p.slices, p.pads) if p.source in virtual else p
+                Piece.of(p.source, p.slices, p.pads, REQUANT) if p.source in virtual else p
                 for p in t.pieces
             ]
             tensors[i] = OutputTensor(

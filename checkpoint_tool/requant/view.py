@@ -8,8 +8,8 @@ gate read it: the modules leave ``exclude`` (a pattern that covered them is repl
 exact names of the other modules it covered) and resolve to the routed experts' MXFP4 spec:
 the global one (an exact ``layer_quant_config`` entry they had, e.g. FP8, is removed), else an
 exact entry equal to it, written first (vLLM takes the first key that matches). The policy and the planner run on that view unchanged, so a fusing
-``--target`` gives those layers their routed slots. ``requant.plan`` then points the
-planned pieces back at the source (``<module>.weight@mxfp4``).
+``--target`` gives those layers their routed slots. ``requant.plan`` then marks the planned
+pieces of those tensors ``requant="mxfp4"``.
 
 Example::
 

@@ -101,11 +101,17 @@ class PieceGeometry:
         return f"pad dim {dim} +{amount} fill {fill.hex()}"
 
 
+def source_key(piece: Piece) -> str:
+    """The name verify reads a piece's source by: the source, or for a requantized piece
+    ``<source>@<scheme>`` (``verify.requant`` serves those), e.g. ``"m.weight@mxfp4"``."""
+    return piece.source if piece.requant is None else f"{piece.source}@{piece.requant}"
+
+
 def resolve_piece(
     index: int, piece: Piece, lookup: HeaderLookup, out_itemsize: int
 ) -> PieceGeometry:
     """Compose the piece's regions into one box and normalize its pads (InputError if bad)."""
-    dtype, shape = lookup(piece.source)
+    dtype, shape = lookup(source_key(piece))
     src_shape, itemsize = storage_geometry(dtype, shape)
     if not shape:  # 0-d: one element, kept as shape (1,) internally, like storage_geometry
         src_shape = ()
@@ -152,7 +158,7 @@ def piece_rows(
     if not g.src_shape:  # 0-d source: the single element
         if labels:
             return np.full((1,), 2 * g.index, dtype=LABEL_DTYPE)
-        return read(g.piece.source, 0, 1).reshape(g.itemsize)
+        return read(source_key(g.piece), 0, 1).reshape(g.itemsize)
     depth = 1 if labels else g.itemsize
     (b0, b1), inner = g.box[0], g.box[1:]
     n_src = b1 - b0
@@ -160,7 +166,7 @@ def piece_rows(
     if labels:
         block = np.full((hi - lo, *(b - a for a, b in inner), 1), 2 * g.index, dtype=LABEL_DTYPE)
     else:
-        raw = read(g.piece.source, b0 + lo, b0 + hi) if hi > lo else _empty(g, hi - lo)
+        raw = read(source_key(g.piece), b0 + lo, b0 + hi) if hi > lo else _empty(g, hi - lo)
         block = raw[(slice(None), *(slice(a, b) for a, b in inner))]
     rows = n_src
     for dim, amount, fill in g.pads:
@@ -195,7 +201,7 @@ def piece_runs(g: PieceGeometry, r0: int, r1: int) -> list[Run]:
     row = g.row_bytes()
     b0, n_src = g.box[0][0], g.box[0][1] - g.box[0][0]
     lo, hi = min(max(r0, 0), n_src), min(r1, n_src)
-    out = [Run((hi - lo) * row, g.piece.source, (b0 + lo) * row)] if hi > lo else []
+    out = [Run((hi - lo) * row, source_key(g.piece), (b0 + lo) * row)] if hi > lo else []
     rows = n_src
     for _, amount, fill in g.pads:  # all on dim 0 (``contiguous``)
         add = max(0, min(r1, rows + amount) - max(r0, rows))

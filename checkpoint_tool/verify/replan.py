@@ -22,7 +22,7 @@ from typing import Any
 
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.errors import CkptError, UsageError
-from checkpoint_tool.execute.manifest import MANIFEST_NAME, Manifest, plan_sha256, read_manifest
+from checkpoint_tool.execute.manifest import MANIFEST_NAME, Manifest, plan_matches, read_manifest
 from checkpoint_tool.execute.open_source import open_sources
 from checkpoint_tool.plan.build import plan_for_catalog
 from checkpoint_tool.plan.model import Plan
@@ -80,7 +80,8 @@ def rebuild_plan(
     """Plan ``catalog`` again with the manifest's recipe and options.
 
     Returns the plan and whether its fingerprint equals ``manifest.plan_sha256`` (computed with
-    the manifest's source string, revision and ckpt version, which only label the plan).
+    the manifest's source string, revision and ckpt version, which only label the plan; an
+    earlier ckpt's hash counts too: ``execute.manifest.plan_matches``).
     ``requant``: DST's ``config.json["ckpt"]["requantized_shared"]`` (``quant.requant``).
     """
     try:
@@ -111,4 +112,4 @@ def rebuild_plan(
         )
         config["ckpt"] = meta
         labelled = dataclasses.replace(labelled, config=config)
-    return labelled, plan_sha256(labelled) == manifest.plan_sha256
+    return labelled, plan_matches(labelled, manifest.plan_sha256)

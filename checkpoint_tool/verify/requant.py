@@ -9,8 +9,9 @@ other:
   fix-up, and Quark's +0 for negative values that round to zero) instead of the converter's
   compare-and-count quantizer (``quant.requant.mxfp4``).
 
-``IndependentRequant`` serves ``<module>.weight@mxfp4`` / ``.weight_scale@mxfp4`` plan pieces to
-the lossless check (headers and rows); ``requantized_reference`` swaps a source layer's shared
+``IndependentRequant`` serves requantized plan pieces (``requant="mxfp4"``, keyed
+``<module>.weight@mxfp4`` / ``.weight_scale@mxfp4`` by ``verify.expected.source_key``) to the
+lossless check (headers and rows); ``requantized_reference`` swaps a source layer's shared
 expert for its requantized self, so the numeric check compares like with like;
 ``weight_errors`` recomputes each module's weight-space error against the source's dequantized
 values, which must match what convert recorded in ``config.json["ckpt"]["requantized_shared"]``.
@@ -34,7 +35,7 @@ import torch
 from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.quant.codecs import MxFp4Codec, get_codec
-from checkpoint_tool.quant.requant.scheme import MXFP4_SCHEME, SUFFIX
+from checkpoint_tool.quant.requant.scheme import MXFP4_SCHEME, REQUANT
 from checkpoint_tool.quant.resolve import split_tensor_name
 
 
@@ -59,7 +60,7 @@ class IndependentRequant:
         self._cache: OrderedDict[str, tuple[np.ndarray, np.ndarray]] = OrderedDict()
 
     def _module(self, name: str) -> tuple[str, str]:
-        module, part = split_tensor_name(name.removesuffix(SUFFIX))
+        module, part = split_tensor_name(name.removesuffix(f"@{REQUANT}"))
         if f"{module}.weight" not in self.view.catalog.tensors or part not in (
             "weight",
             "weight_scale",

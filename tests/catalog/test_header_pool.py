@@ -1,6 +1,7 @@
-"""``HeaderReader`` (this process + a forked child) returns exactly what ``read_header`` gives
-file by file: same headers, same first error, nothing after it; and the catalog built on it
-reports errors in file order."""
+"""``header_pool.read_headers`` (a forked child reads from the front, this process from the
+back) gives exactly what the careful read (``read_serial``, every header in this process)
+gives: same files, index and headers; and where anything is off the catalog reports what the
+careful read reports."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from checkpoint_tool.catalog import header_pool, open_local
-from checkpoint_tool.catalog.header_pool import MIN_FILES, HeaderReader
+from checkpoint_tool.catalog.header_pool import MIN_FILES, read_headers, read_serial
 from checkpoint_tool.catalog.safetensors_format import read_header
 from checkpoint_tool.errors import InputError
 
@@ -50,10 +51,6 @@ def _shards(tmp_path: Path, count: int) -> list[Path]:
     return paths
 
 
-def read_headers(paths: list[Path]) -> list:
-    return HeaderReader(paths).read(paths)
-
-
 def _same(a, b) -> bool:
     return (a.path, a.header_len, a.file_size, a.entries, a.metadata) == (
         b.path,
@@ -68,15 +65,27 @@ def _same(a, b) -> bool:
 FORKS = sys.platform == "linux" and (os.cpu_count() or 1) >= 2
 
 
-def test_two_processes_read_what_one_reads(tmp_path):
+@pytest.mark.parametrize("delay", [0.0, 0.3])
+def test_two_processes_read_what_one_reads(tmp_path, delay):
+    """A folder without an index: every shard, in order, as ``read_header`` reads it (with no
+    other work here this process reads most from the back; with 0.3 s the child most)."""
     paths = _shards(tmp_path, 2 * MIN_FILES + 3)
-    if FORKS:
-        reader = HeaderReader(paths)
-        assert reader.child is not None  # the child path is the one tested here
-        reader.close()
-    pooled = read_headers(paths)
-    assert len(pooled) == len(paths)
-    assert all(_same(h, read_header(p)) for h, p in zip(pooled, paths, strict=True))
+    called = []
+    got = read_headers(tmp_path, False, lambda: called.append(1) or time.sleep(delay))
+    assert called == [1]
+    if not FORKS:
+        assert got is None
+        return
+    assert got is not None and got.index_doc is None
+    assert got.files == [p.name for p in paths]
+    assert all(_same(h, read_header(p)) for h, p in zip(got.headers, paths, strict=True))
+
+
+def test_few_shards_are_read_here(tmp_path):
+    _shards(tmp_path, MIN_FILES - 1)
+    called = []
+    assert read_headers(tmp_path, False, lambda: called.append(1)) is None
+    assert called == [1]
 
 
 @pytest.mark.parametrize("bad_at", [0, MIN_FILES // 2, MIN_FILES + 1, 2 * MIN_FILES - 1])
@@ -84,7 +93,8 @@ def test_first_error_wins_and_ends_the_list(tmp_path, bad_at):
     paths = _shards(tmp_path, 2 * MIN_FILES)
     for later in (bad_at, min(bad_at + 2, len(paths) - 1)):  # two broken files
         paths[later].write_bytes(b"\x05\x00")
-    out = read_headers(paths)
+    assert read_headers(tmp_path, False, None) is None  # the careful read reports it
+    out = read_serial(paths)
     assert len(out) == bad_at + 1
     assert isinstance(out[-1], InputError)
     with pytest.raises(InputError) as serial:
@@ -92,13 +102,19 @@ def test_first_error_wins_and_ends_the_list(tmp_path, bad_at):
     assert out[-1].message == serial.value.message
     assert out[-1].exit_code == serial.value.exit_code
     assert all(_same(h, read_header(p)) for h, p in zip(out[:-1], paths, strict=False))
+    with pytest.raises(InputError) as opened:
+        open_local(tmp_path)
+    assert opened.value.message == serial.value.message
 
 
 def test_child_failure_falls_back_to_this_process(tmp_path, monkeypatch):
     paths = _shards(tmp_path, 2 * MIN_FILES)
-    monkeypatch.setattr(header_pool, "_records", lambda paths: 1 / 0)  # the child crashes
-    out = read_headers(paths)
-    assert all(_same(h, read_header(p)) for h, p in zip(out, paths, strict=True))
+    _index(tmp_path, paths)
+    careful = _careful(tmp_path, monkeypatch)
+    monkeypatch.setattr(header_pool, "_child", lambda *a: 1 / 0)  # the child crashes
+    assert read_headers(tmp_path, True, None) is None
+    cat = open_local(tmp_path, meanwhile=lambda: None)
+    assert list(cat.tensors.items()) == list(careful.tensors.items())
 
 
 def test_catalog_reports_the_earlier_duplicate_before_a_later_broken_shard(tmp_path):
@@ -108,6 +124,16 @@ def test_catalog_reports_the_earlier_duplicate_before_a_later_broken_shard(tmp_p
     paths[-1].write_bytes(b"\x05\x00")  # and the last shard is truncated
     with pytest.raises(InputError, match="also appears in"):
         open_local(tmp_path)
+
+
+def _careful(root: Path, monkeypatch):
+    """The catalog of the careful read (no child), or its ``InputError``."""
+    with monkeypatch.context() as m:
+        m.setenv("CKPT_NO_FORK", "1")
+        try:
+            return open_local(root)
+        except InputError as exc:
+            return exc
 
 
 def _index(tmp_path: Path, paths: list[Path]) -> None:
@@ -159,25 +185,23 @@ def test_the_childs_answer_survives_marshal(tmp_path):
     import marshal
 
     paths = _shards(tmp_path, 4)
-    records = marshal.loads(marshal.dumps(header_pool._records(paths)))
+    records = marshal.loads(marshal.dumps([header_pool._record(read_header(p)) for p in paths]))
     back = [header_pool._header(p, rec) for p, rec in zip(paths, records, strict=True)]
     assert all(_same(a, read_header(p)) for a, p in zip(back, paths, strict=True))
     assert all(a.columns == read_header(p).columns for a, p in zip(back, paths, strict=True))
 
 
-# -- read_verified: with other work to do here, a child reads the index and every header --
+# -- with an index: the child reads it and holds every header against it --
 
 
-def _open_both(root: Path):
-    """The catalog opened with ``meanwhile`` (a child reads it all) and without, or the
-    ``InputError`` of each."""
-    out = []
-    for meanwhile in (lambda: None, None):
-        try:
-            out.append(open_local(root, meanwhile=meanwhile))
-        except InputError as exc:
-            out.append(exc)
-    return out
+def _open_both(root: Path, monkeypatch):
+    """The catalog opened with a child and by the careful read, or the ``InputError`` of
+    each."""
+    try:
+        with_child = open_local(root, meanwhile=lambda: None)
+    except InputError as exc:
+        with_child = exc
+    return with_child, _careful(root, monkeypatch)
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.3])
@@ -188,14 +212,14 @@ def test_a_verified_read_equals_the_careful_one(tmp_path, monkeypatch, delay):
     _index(tmp_path, paths)
     if FORKS:
         taken = []
-        real = header_pool.read_verified
+        real = header_pool.read_headers
         monkeypatch.setattr(
-            "checkpoint_tool.catalog.local.read_verified",
-            lambda *a: taken.append(1) or real(*a),
+            "checkpoint_tool.catalog.local.read_headers",
+            lambda *a: ((got := real(*a)) is not None and taken.append(1)) or got,
         )
     called = []
     with_child = open_local(tmp_path, meanwhile=lambda: called.append(1) or time.sleep(delay))
-    careful = open_local(tmp_path)
+    careful = _careful(tmp_path, monkeypatch)
     assert called == [1] and (not FORKS or taken == [1])
     assert list(with_child.tensors.items()) == list(careful.tensors.items())
     assert (with_child.files, with_child.index) == (careful.files, careful.index)
@@ -206,7 +230,7 @@ def test_a_verified_read_equals_the_careful_one(tmp_path, monkeypatch, delay):
 @pytest.mark.parametrize("defect", ["broken", "unindexed", "misfiled", "unlisted", "duplicate"])
 @pytest.mark.parametrize("end", ["front", "back"])
 def test_what_the_readers_find_off_is_reported_as_the_careful_read_reports_it(
-    tmp_path, defect, end
+    tmp_path, monkeypatch, defect, end
 ):
     """The child reads shards from the front, this process from the back: a defect at
     either end is found and reported as the careful read reports it."""
@@ -231,14 +255,14 @@ def test_what_the_readers_find_off_is_reported_as_the_careful_read_reports_it(
             n: p.name for p in paths for n, *_ in read_header(p).entries
         }  # the index follows the last copy
     index.write_text(json.dumps(doc))
-    with_child, careful = _open_both(tmp_path)
+    with_child, careful = _open_both(tmp_path, monkeypatch)
     assert isinstance(careful, InputError)
     assert isinstance(with_child, InputError) and with_child.message == careful.message
 
 
 @pytest.mark.parametrize("stale", ["valid", "broken"])
 @pytest.mark.parametrize("where", ["first", "last"])
-def test_a_stale_shard_is_left_out_of_a_verified_read(tmp_path, stale, where):
+def test_a_stale_shard_is_left_out_of_a_verified_read(tmp_path, monkeypatch, stale, where):
     """A shard the index does not name, at either end of the listing (where the child or
     this process starts reading): the verified read leaves it out as the careful read does,
     readable or not."""
@@ -247,7 +271,7 @@ def test_a_stale_shard_is_left_out_of_a_verified_read(tmp_path, stale, where):
     _index(tmp_path, [p for p in paths if p != odd])
     if stale == "broken":
         odd.write_bytes(b"\x05\x00")
-    with_child, careful = _open_both(tmp_path)
+    with_child, careful = _open_both(tmp_path, monkeypatch)
     assert not isinstance(careful, InputError) and not isinstance(with_child, InputError)
     assert odd.name not in careful.files
     assert (with_child.files, with_child.index) == (careful.files, careful.index)

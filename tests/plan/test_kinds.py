@@ -13,7 +13,17 @@ from checkpoint_tool.catalog.catalog import TensorEntry
 from checkpoint_tool.errors import AlignmentError, InputError
 from checkpoint_tool.model.facts import MoeLayerFacts
 from checkpoint_tool.plan.experts import ExpertPart, expert_modules
-from checkpoint_tool.plan.kinds import keep, pad, redirect, unfuse
+from checkpoint_tool.plan.kinds import (
+    KEEP,
+    PAD,
+    REDIRECT,
+    UNFUSE,
+    keep,
+    pad,
+    redirect,
+    rule_for,
+    unfuse,
+)
 from checkpoint_tool.quant.storage.formats import storage_for_format
 from checkpoint_tool.regions import Pad, Piece, Region
 
@@ -154,3 +164,16 @@ def test_expert_modules_names_modules_as_the_model_facts_do():
     parts = expert_modules(Facts())  # type: ignore[arg-type]
     routed = {m: (p.index, p.proj) for m, p in parts.items() if p.kind == "routed"}
     assert routed == modules
+
+
+def test_rule_for_picks_the_kind_from_the_expert_part_alone():
+    routed = ExpertPart(layer(), "routed", "down", 1)
+    shared = ExpertPart(layer(), "shared", "gate")
+    fused = ExpertPart(layer(), "routed", "gate_up", None, True)
+    assert fused.unfused  # DeepSeek naming: out_in, written per expert
+    assert rule_for(None, fse=True, pads=True) == KEEP
+    assert rule_for(routed, fse=True, pads=True) == PAD
+    assert rule_for(routed, fse=False, pads=False) == KEEP
+    assert rule_for(shared, fse=True, pads=False) == REDIRECT
+    assert rule_for(shared, fse=False, pads=True) == PAD
+    assert rule_for(fused, fse=True, pads=False) == UNFUSE

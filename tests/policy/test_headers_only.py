@@ -33,7 +33,7 @@ def test_no_tensor_reader_is_called(monkeypatch, synth_ckpt):
 
 @pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/self/io")
 def test_bytes_read_are_headers_and_json(synth_ckpt):
-    # fewer than HeaderReader's MIN_FILES shards: the forked header reader's pipe would count
+    # fewer than header_pool's MIN_FILES shards: the forked header reader's pipe would count
     # in rchar too (it carries parsed headers, not tensor data)
     src = synth_ckpt("quark-mxfp4", shards=8)
     json_bytes = sum(p.stat().st_size for p in src.glob("*.json"))

@@ -32,8 +32,8 @@ def _tensors(doc: dict) -> dict[str, dict]:
 
 def test_plain_plan_has_no_requantization(monkeypatch, capsys, hybrid: Path) -> None:  # type: ignore[no-untyped-def]
     doc = _plan(monkeypatch, capsys, hybrid, "--target", FSE_TARGET)
-    pieces = [p["source"] for t in _tensors(doc).values() for p in t["pieces"]]
-    assert not any(s.endswith("@mxfp4") for s in pieces)
+    pieces = [p for t in _tensors(doc).values() for p in t["pieces"]]
+    assert not any("requant" in p or "@" in p["source"] for p in pieces)
     assert "requantized_shared" not in doc["config"]["ckpt"]
     # all-or-nothing per model: layer 1 cannot fuse, so no main layer does; layer 4 is the MTP
     # drafter, which vLLM decides on its own (DeepSeekMTP.__init__ checks its layers apart)
@@ -46,10 +46,14 @@ def test_plan_requantizes_and_fuses(monkeypatch, capsys, hybrid: Path) -> None: 
     tensors = _tensors(doc)
     slot = tensors["model.layers.1.mlp.experts.8.down_proj.weight"]
     assert slot["dtype"] == "U8"
-    assert [p["source"] for p in slot["pieces"]] == [SHARED.format(n=1, p="down") + ".weight@mxfp4"]
+    assert slot["pieces"] == [
+        {"source": SHARED.format(n=1, p="down") + ".weight", "requant": "mxfp4", "slices": [],
+         "pads": []}
+    ]  # fmt: skip
     assert slot["ops"][0] == "requantize mxfp4 <- unquantized (Quark 0.13 rounding)"
     scale = tensors["model.layers.2.mlp.experts.8.gate_proj.weight_scale"]
-    assert scale["pieces"][0]["source"] == SHARED.format(n=2, p="gate") + ".weight_scale@mxfp4"
+    assert scale["pieces"][0]["source"] == SHARED.format(n=2, p="gate") + ".weight_scale"
+    assert scale["pieces"][0]["requant"] == "mxfp4"
     assert scale["ops"][0].startswith("requantize mxfp4 <- fp8_block")
     # layers 3, 4 were MXFP4: plain byte copies of their own tensors
     l3 = tensors["model.layers.3.mlp.experts.8.down_proj.weight"]
@@ -74,7 +78,7 @@ def test_without_a_fusing_target_the_shared_expert_stays_shared_as_mxfp4(
     )
     assert not any(doc["fse_layers"].values())
     t = _tensors(doc)[SHARED.format(n=1, p="up") + ".weight"]
-    assert t["dtype"] == "U8" and t["pieces"][0]["source"].endswith("@mxfp4")
+    assert t["dtype"] == "U8" and t["pieces"][0]["requant"] == "mxfp4"
     assert _tensors(doc)[SHARED.format(n=2, p="up") + ".weight"]["dtype"] == "F8_E4M3"
     qc = doc["config"]["quantization_config"]
     assert SHARED.format(n=2, p="up") in qc["layer_quant_config"]  # layer 2 untouched
@@ -189,9 +193,9 @@ def test_each_requantized_module_is_quantized_once(
     quantized = [n for n in calls if n.endswith(".weight")]  # the error preview names modules
     doc = _plan(monkeypatch, capsys, hybrid, *args)
     sources = {
-        p["source"].split("@")[0].rsplit(".", 1)[0] + ".weight"
+        p["source"].rsplit(".", 1)[0] + ".weight"
         for t in _tensors(doc).values() for p in t["pieces"]
-        if p["source"].endswith("@mxfp4")
+        if p.get("requant") == "mxfp4"
     }  # fmt: skip
     assert len(sources) >= 3  # the three projections of at least one layer
     assert sorted(quantized) == sorted(sources)

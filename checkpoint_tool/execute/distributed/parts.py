@@ -63,6 +63,7 @@ from checkpoint_tool.execute.runner import (
     source_label,
 )
 from checkpoint_tool.execute.source_identity import SourceIdentity, check_same
+from checkpoint_tool.execute.tree import files_read
 from checkpoint_tool.execute.writer import fsync_dir, partial_name, write_bytes_atomic
 from checkpoint_tool.plan.model import Plan
 
@@ -185,10 +186,7 @@ def execute_part(
     mine = split_files(totals, parts)[part]
     names = [plan.files[i].name for i in mine]
     sha = plan_sha256(plan)
-    needed = sorted(
-        {catalog.tensors[p.source].file for i in mine for t in plan.files[i].tensors
-         for p in t.pieces}
-    )  # fmt: skip
+    needed = files_read(catalog.tensors, [plan.files[i] for i in mine])
     with open_sources(catalog, needed) as sources:
         now = identities(sources)
         journal, resumed = _prepare(

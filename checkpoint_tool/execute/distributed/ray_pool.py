@@ -38,6 +38,7 @@ from checkpoint_tool.execute.manifest import FileRecord
 from checkpoint_tool.execute.open_source import open_sources
 from checkpoint_tool.execute.progress import NullProgress
 from checkpoint_tool.execute.runner import chunk_size
+from checkpoint_tool.execute.tree import files_read
 from checkpoint_tool.execute.writer import partial_name
 from checkpoint_tool.plan.model import Plan
 
@@ -80,7 +81,7 @@ def write_file_task(
 ) -> tuple[str, int, str]:
     """In a Ray worker: write plan file ``index`` into ``dst``; (name, size, sha256)."""
     ofile = plan.files[index]
-    needed = sorted({catalog.tensors[p.source].file for t in ofile.tensors for p in t.pieces})
+    needed = files_read(catalog.tensors, [ofile])
     with open_sources(catalog, needed) as sources:
         progress = _KillOnce() if os.environ.get(KILL_ONCE_ENV) else NullProgress()
         run = FileRun(plan, sources, Path(dst), None, chunk, progress, durable)  # type: ignore[arg-type]

@@ -2,7 +2,7 @@
 
 - ``mxfp4``: the quantizer (float32 ``[N, K]`` -> Quark's packed E2M1 codes and E8M0 scales);
 - ``source``: a source weight (BF16, FP8 block/channel/tensor, MXFP8) as float32;
-- ``scheme``: the ``@mxfp4`` piece suffix and the scheme of the written tensors.
+- ``scheme``: a requantized piece's ``requant`` and the scheme of the written tensors.
 
 Choosing layers, the catalog view and the plan live in ``checkpoint_tool.requant``; the
 executor's node in ``execute.requant_node``.
