@@ -180,10 +180,22 @@ class RoutingDefaults(_Data):
 
 class Fse(_Data):
     """Whether the family's vLLM model can fuse its shared experts at all (``supported``;
-    the model's own words why not in ``reason``)."""
+    the model's own words why not in ``reason``); ``unsupported_model_types``: model types
+    of the family whose vLLM model never fuses although the others do, each with its reason
+    (``{qwen2_moe: "qwen2_moe.py Qwen2MoeSparseMoeBlock ..."}``)."""
 
     supported: bool = True
     reason: str = ""
+    unsupported_model_types: dict[str, str] = Field(default_factory=dict)
+
+    def unsupported(self, model_types: set[str]) -> str | None:
+        """Why a model of ``model_types`` never fuses its shared experts, or None."""
+        if not self.supported:
+            return self.reason
+        for model_type in sorted(model_types):
+            if model_type in self.unsupported_model_types:
+                return self.unsupported_model_types[model_type]
+        return None
 
 
 class Layers(_Data):
