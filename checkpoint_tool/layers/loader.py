@@ -213,9 +213,15 @@ class CheckpointView(ConfigView):
         bias = None
         # under the router, or beside it on the MoE block (MiniMax-M3:
         # block_sparse_moe.e_score_correction_bias, vLLM models/minimax_m3 MiniMaxM3MoE)
-        for b in [f"{gate}.{b}" for b in _BIAS_NAMES] + [f"{lf.prefix}.{b}" for b in _BIAS_NAMES]:
+        # ERNIE-4.5: mlp.moe_statics.e_score_correction_bias [1, E] (the family's naming;
+        # vLLM ernie45_moe.py _preprocess renames it to gate. and squeezes it)
+        named = [f"{lf.prefix}.{lf.naming.router_bias}"] if lf.naming.router_bias else []
+        beside = [f"{gate}.{b}" for b in _BIAS_NAMES] + [f"{lf.prefix}.{b}" for b in _BIAS_NAMES]
+        for b in named + beside:
             if b in self.catalog.tensors:
                 bias = self.read(b, "router bias").float()
+                if bias.dim() == 2 and bias.shape[0] == 1:
+                    bias = bias.reshape(-1)
                 break
         shared_gate = None
         if lf.has_shared_expert_gate:

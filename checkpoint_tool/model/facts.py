@@ -58,6 +58,10 @@ class ExpertNaming(BaseModel):
     shared_layout: SharedLayout = "single"
     #: leaf of the router under the MoE block (``mlp.gate``; Llama-4 ``feed_forward.router``)
     router_name: str = "gate"
+    #: the router's correction bias under the MoE block where it is not beside the router
+    #: (ERNIE-4.5: ``moe_statics.e_score_correction_bias``, ``[1, n_routed]``); None: the
+    #: router's own ``e_score_correction_bias`` / ``bias``, or the block's
+    router_bias: str | None = None
     #: dim order of 3-D fused experts (see ``Fused3dOrder``)
     fused_3d_order: Fused3dOrder = "out_in"
     #: the shared expert's own leaf names where they differ from the routed ones (MiniMax-M3:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from checkpoint_tool.errors import UsageError
 from checkpoint_tool.model import PROJS, MoeLayerFacts, family_of, model_facts
+from checkpoint_tool.model.families import loads_fused_experts
 from checkpoint_tool.policy.decision import FseDecision, FseMode, LayerDecision, PolicyDecision
 from checkpoint_tool.policy.engine.model import Target, load_rule_table
 from checkpoint_tool.policy.fse import (
@@ -137,7 +138,12 @@ def render_policy(
     findings (``quant.findings``). ``spread`` runs the per-module checks (the CLI passes
     ``forked.spread_map``: half of them in a forked child on a large catalog); by default
     they run here."""
-    findings = catalog_findings(catalog, decision.resolved, spread=spread)
+    findings = catalog_findings(
+        catalog,
+        decision.resolved,
+        spread=spread,
+        fused_native=loads_fused_experts(catalog.config),
+    )
     return render_report(decision, catalog, findings)
 
 

@@ -33,6 +33,7 @@ from checkpoint_tool.catalog.grouping import dense_ids, groups
 from checkpoint_tool.catalog.patterns import NamePatterns
 from checkpoint_tool.catalog.table import TableTensors
 from checkpoint_tool.model import PROJS, ModelFacts, MoeLayerFacts
+from checkpoint_tool.policy.fold import batches, fold_names
 from checkpoint_tool.quant.configs import (
     DeepSeekFp8Config,
     DeepSeekV4Config,
@@ -364,24 +365,34 @@ def pattern_matches_any(pattern: str, layers: set[str], ordered: list[str]) -> b
 
 
 def unmatched_pattern_issues(qconfig: QuantConfig, names: Iterable[str], where: str) -> list[Issue]:
-    """A warning for each config pattern that names no module of the checkpoint."""
+    """A warning for the config patterns that name no module of the checkpoint: one per config
+    field, with the entries folded into one pattern and counted when there are many
+    (``exclude entries 'model.layers.{90..99}.mlp.gate' (10 entries) match no module``)."""
     patterns = config_patterns(qconfig)
     if not patterns:
         return []
     layers = layer_names(names)
     ordered = sorted(layers)
-    issues = []
+    stale: dict[str, list[str]] = {}
     for field, pattern in patterns:
         if not pattern_matches_any(pattern, layers, ordered):
-            issues.append(
-                Issue(
-                    severity="warning",
-                    rule="pattern_unmatched",
-                    file=where,
-                    message=f"{field} entry {pattern!r} matches no module of the checkpoint; "
-                    "its setting applies to nothing (stale entry, or a rename that lost it)",
-                )
+            stale.setdefault(field, []).append(pattern)
+    issues = []
+    for field, found in [(f, b) for f, all_ in stale.items() for b in batches(all_)]:
+        entries = (
+            f"entry {found[0]!r}"
+            if len(found) == 1
+            else f"entries {fold_names(found)!r} ({len(found)} entries, first {found[0]!r})"
+        )
+        issues.append(
+            Issue(
+                severity="warning",
+                rule="pattern_unmatched",
+                file=where,
+                message=f"{field} {entries} match(es) no module of the checkpoint; "
+                "its setting applies to nothing (stale entry, or a rename that lost it)",
             )
+        )
     return issues
 
 

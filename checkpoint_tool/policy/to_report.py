@@ -33,7 +33,9 @@ _LAYER_FIELDS = {"layer", "prefix", "is_mtp", "n_routed", "n_shared", "top_k"}
 _MODEL_FIELDS = {"family", "model_type", "hidden_size", "num_hidden_layers", "num_mtp_layers"}
 
 
-def render_report(decision: PolicyDecision, catalog: Catalog, findings: list[Issue]) -> PolicyReport:
+def render_report(
+    decision: PolicyDecision, catalog: Catalog, findings: list[Issue]
+) -> PolicyReport:
     """The inspect report of ``decision`` (see the module docstring)."""
     facts = decision.facts
     rc = decision.resolved

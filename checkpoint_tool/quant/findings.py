@@ -48,7 +48,11 @@ Spread = Callable[[Callable[[Any], Any], Sequence[Any]], list[Any]]
 
 
 def catalog_findings(
-    catalog: Catalog, rc: ResolvedCatalog, *, spread: Spread | None = None
+    catalog: Catalog,
+    rc: ResolvedCatalog,
+    *,
+    spread: Spread | None = None,
+    fused_native: bool = False,
 ) -> list[Issue]:
     """Every finding of ``rc`` against ``catalog``'s headers (the rows of ``rc``'s table:
     ``catalog`` is the one ``rc`` was resolved from): errors first, then by file, tensor,
@@ -58,6 +62,8 @@ def catalog_findings(
     class in full, and the others only when that one had findings or looked outside its own
     tensors (then each may differ). ``spread`` maps the check over those others (default:
     here, in order); its results must be the check's own (plain tuples), in order.
+    ``fused_native``: the model's vLLM loader reads fused 3-D expert tensors as they are
+    (``model.families.loads_fused_experts``), so an unquantized one is no finding.
     """
     records: list[Record] = list(_config_records(rc))
     check = _ModuleCheck(rc)
@@ -72,7 +78,11 @@ def catalog_findings(
         for found in per_module:
             records.extend(found)
     records.extend(check.packed_records())
-    issues = [Issue(severity=v, tensor=t, file=f, rule=r, message=m) for v, t, f, r, m in records]
+    issues = [
+        Issue(severity=v, tensor=t, file=f, rule=r, message=m)
+        for v, t, f, r, m in records
+        if not (fused_native and r == "fused_experts_unquantized")
+    ]
     issues.sort(key=_issue_order)
     return issues
 

@@ -25,6 +25,7 @@ from checkpoint_tool.catalog.catalog import Catalog
 from checkpoint_tool.catalog.reader import read_tensor
 from checkpoint_tool.errors import InputError, OutputError
 from checkpoint_tool.formats import format_of
+from checkpoint_tool.model.families import loads_fused_experts
 from checkpoint_tool.quant.codecs import codec_for_format
 from checkpoint_tool.quant.codecs.e8m0 import decode_e8m0
 from checkpoint_tool.quant.codecs.fp8 import decode_fp8_e4m3
@@ -256,7 +257,8 @@ def tensor_report(
         if not t.module.endswith(FUSED_EXPERT_SUFFIXES) and scheme.source != "none":
             producer = rc.qconfig.producer_scheme_for(t.module)
     related = {name} | {n for n, r in rc.tensors.items() if r.module == t.module}
-    issues = [i for i in catalog_findings(cat, rc) if i.tensor in related]
+    native = loads_fused_experts(cat.config)
+    issues = [i for i in catalog_findings(cat, rc, fused_native=native) if i.tensor in related]
     writer = _NpyWriter(out) if out else None
     try:
         acc, scales, logical, decoded = _decode(cat, rc, name, writer)

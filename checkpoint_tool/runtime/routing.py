@@ -67,15 +67,16 @@ class RoutingConfig(BaseModel):
 
         Unknown scoring functions or top-k methods raise ``InputError`` naming the key.
         """
-        top_k = next((config[k] for k in _TOP_K_KEYS if config.get(k) is not None), None)
-        if top_k is None:
-            raise InputError(
-                f"{source}: no top-k field ({' / '.join(_TOP_K_KEYS)}); "
-                "this is not a MoE config, or pass the routing config explicitly"
-            )
         # what a model type assumes when config.json omits them: family data
         # (model/families_data/families.yaml ``routing``), else softmax / greedy
         defaults = routing_defaults(str(config.get("model_type", "")))
+        keys = (*_TOP_K_KEYS, *((defaults.top_k,) if defaults and defaults.top_k else ()))
+        top_k = next((config[k] for k in keys if config.get(k) is not None), None)
+        if top_k is None:
+            raise InputError(
+                f"{source}: no top-k field ({' / '.join(keys)}); "
+                "this is not a MoE config, or pass the routing config explicitly"
+            )
         scoring = config.get("scoring_func") or (defaults.scoring_func if defaults else "softmax")
         method = config.get("topk_method") or (defaults.topk_method if defaults else "greedy")
         if scoring not in ("softmax", "sigmoid", "sqrtsoftplus"):
@@ -94,7 +95,12 @@ class RoutingConfig(BaseModel):
             topk_method=method,
             n_group=int(config.get("n_group") or 1),
             topk_group=int(config.get("topk_group") or 1),
-            norm_topk_prob=bool(config.get("norm_topk_prob", False)),
+            norm_topk_prob=bool(
+                config.get(
+                    "norm_topk_prob",
+                    bool(defaults and defaults.norm_topk_prob),
+                )
+            ),
             routed_scaling_factor=float(config.get("routed_scaling_factor") or 1.0),
         )
 

@@ -85,12 +85,14 @@ _FINDINGS: WeakKeyDictionary[Any, list[Issue]] = WeakKeyDictionary()
 
 def relayed(ctx: ValidationContext, check_id: str) -> list[Issue]:
     """The ``catalog_findings`` that belong to ``check_id`` (one owner per finding)."""
+    from checkpoint_tool.model.families import loads_fused_experts
     from checkpoint_tool.quant.findings import catalog_findings
 
     rc = ctx.resolved()
     issues = _FINDINGS.get(rc)
     if issues is None:
-        issues = _FINDINGS[rc] = catalog_findings(ctx.catalog, rc)
+        native = loads_fused_experts(ctx.catalog.config)
+        issues = _FINDINGS[rc] = catalog_findings(ctx.catalog, rc, fused_native=native)
     return [i for i in issues if RELAYED_RULES.get(i.rule, "quant_config") == check_id]
 
 

@@ -97,7 +97,7 @@ def load_case(name: str) -> dict[str, Any]:
 
     ``extends: other`` starts from that case's tensors, dims, index and tiny block: the
     case's own keys replace them (``extra_tensors`` / ``extra_dims`` add to them), its ``config`` / ``tiny`` are merged in (``config_drop``
-    removes keys), and ``schemes`` (``{role: scheme}`` or ``{role: {main: .., mtp: ..}}``)
+    removes keys of the base's config first, e.g. its ``quantization_config``), and ``schemes`` (``{role: scheme}`` or ``{role: {main: .., mtp: ..}}``)
     re-encodes the generators that carry that ``role``.
     """
     with open(CASES / f"{name}.yaml") as fh:
@@ -107,6 +107,9 @@ def load_case(name: str) -> dict[str, Any]:
         return case
     base = load_case(base_name)
     out = {k: v for k, v in base.items() if k not in ("sources", "expect", "xfail", "case")}
+    out["config"] = {
+        k: v for k, v in (out.get("config") or {}).items() if k not in (case.get("config_drop") or ())
+    }
     for key, value in case.items():
         if key in ("config", "tiny") and isinstance(value, dict):
             out[key] = _merge(out.get(key) or {}, value)
@@ -114,8 +117,6 @@ def load_case(name: str) -> dict[str, Any]:
             out[key] = value
     out["tensors"] = list(out["tensors"]) + list(case.get("extra_tensors") or [])
     out["dims"] = {**(out.get("dims") or {}), **(case.get("extra_dims") or {})}
-    for key in case.get("config_drop") or ():
-        out["config"].pop(key, None)
     return out
 
 

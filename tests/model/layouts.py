@@ -435,8 +435,46 @@ def minimax_m2(*, layers: int = 2) -> tuple[dict, Tensors]:
     return config, t
 
 
+def ernie45_moe(*, layers: int = 4) -> tuple[dict, Tensors]:
+    """ERNIE-4.5-21B-A3B-PT's layout (vLLM ``model_executor/models/ernie45_moe.py``): layer 0
+    dense, MoE from ``moe_layer_start_index`` to ``moe_layer_end_index`` every
+    ``moe_layer_interval``, experts ``mlp.experts.E.*``, ``moe_num_shared_experts`` shared
+    experts as one ``mlp.shared_experts`` MLP, top k ``moe_k``, and the correction bias
+    ``mlp.moe_statics.e_score_correction_bias`` ``[1, E]`` (``_preprocess`` renames and
+    squeezes it)."""
+    config = {
+        "architectures": ["Ernie4_5_MoeForCausalLM"],
+        "model_type": "ernie4_5_moe",
+        "hidden_size": H,
+        "num_hidden_layers": layers,
+        "intermediate_size": 2 * INTER,
+        "moe_num_experts": E,
+        "moe_num_shared_experts": 2,
+        "moe_intermediate_size": INTER,
+        "moe_k": 2,
+        "moe_layer_start_index": 1,
+        "moe_layer_end_index": layers - 2,
+        "moe_layer_interval": 1,
+        "vocab_size": 128,
+        "tie_word_embeddings": True,
+    }
+    t: Tensors = {"model.embed_tokens.weight": ("BF16", (128, H))}
+    for i in range(layers):
+        mlp = f"model.layers.{i}.mlp"
+        if not 1 <= i <= layers - 2:
+            _swiglu(t, mlp, 2 * INTER, False)
+            continue
+        t[f"{mlp}.gate.weight"] = ("BF16", (E, H))
+        t[f"{mlp}.moe_statics.e_score_correction_bias"] = ("F32", (1, E))
+        for e in range(E):
+            _swiglu(t, f"{mlp}.experts.{e}", INTER, False)
+        _swiglu(t, f"{mlp}.shared_experts", 2 * INTER, False)
+    return config, t
+
+
 #: family -> a builder of one of its published layouts (families without a synth preset)
 LAYOUTS = {
+    "ernie4_5_moe": ernie45_moe,
     "minimax_m3": minimax_m3,
     "llama4": llama4,
     "glm5_next": glm5_next,

@@ -89,3 +89,14 @@ def test_validate_fails_experts_read_the_wrong_way_round(tmp_path):
     tensors[f"{ff}.experts.gate_up_proj"] = ("BF16", (E, 2 * INTER, 2 * H))
     root = write_checkpoint(tmp_path / "l4", tensors, config)
     assert ("expert_shapes", f"{ff}.experts.gate_up_proj") in errors(validate(root))
+
+
+def test_fused_experts_are_no_finding_where_vllm_reads_them_fused(tmp_path):
+    """``load_moe_expert_weights`` reads the 3-D tensors as they are: no
+    ``fused_experts_unquantized`` warning in inspect or validate (a family whose loader wants
+    per-expert tensors still gets it: tests/validate/test_producer_exports.py)."""
+    config, tensors = llama4()
+    root = write_checkpoint(tmp_path / "l4", tensors, config)
+    report = policy(root)
+    assert [i.rule for i in report.issues if i.rule == "fused_experts_unquantized"] == []
+    assert "fused_experts_unquantized" not in {f.rule for f in validate(root).findings()}

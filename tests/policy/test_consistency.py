@@ -105,3 +105,14 @@ def test_config_patterns_matching_nothing_are_reported():
     unmatched = sorted(i.message.split("'")[1] for i in issues)
     assert unmatched == ["lm_head", "model.layers.1.self_attn.q_a_proj", "model.layers.9.*"]
     assert all(i.rule == "pattern_unmatched" and i.severity == "warning" for i in issues)
+
+
+def test_many_stale_entries_are_one_warning_with_their_pattern_and_count():
+    names = _names()
+    stale = [f"model.layers.{i}.mlp.experts.{e}.up_proj" for i in (90, 91) for e in range(50)]
+    qconfig = load_quant_config({"quantization_config": quark(exclude=["lm_head", *stale])})
+    issues = unmatched_pattern_issues(qconfig, names, "config.json")
+    # lm_head is stale too (no lm_head in these names): one field, one folded warning
+    [issue] = [i for i in issues if i.message.startswith("exclude")]
+    assert "(101 entries, first 'lm_head')" in issue.message
+    assert "model.layers.{90..91}.mlp.experts.{0..49}.up_proj" in issue.message

@@ -149,13 +149,21 @@ QWEN_NAMES = [
 ]
 
 
-def test_qwen_recipe_passes_names_through_and_refuses_fse():
+def test_qwen_recipe_passes_names_through_and_redirects_fse():
+    # vLLM's Qwen3NextSparseMoeBlock fuses the shared expert into slot num_experts
+    # (qwen3_next.py load_weights: maybe_fuse_shared_experts(ckpt_prefix="mlp.shared_expert"))
     recipe = load_recipe("qwen3.5-moe")
     rules = RuleSet(recipe)
     for name in QWEN_NAMES:
         out = rules.rename(name)
         assert out.matched and out.name == name, name
-    assert not recipe.fse.supported and "shared_expert_gate" in recipe.fse.reason
+    assert recipe.fse.supported
+    src = "model.language_model.layers.0.mlp.shared_expert.up_proj.weight"
+    slot = "model.language_model.layers.0.mlp.experts.512.up_proj.weight"
+    out = rules.rename(src, redirect_to=slot)
+    assert out.name == slot and out.steps[0] == "fse"
+    gate = "model.language_model.layers.0.mlp.shared_expert_gate.weight"
+    assert rules.rename(gate).name == gate
 
 
 def test_generic_recipe_accepts_anything():

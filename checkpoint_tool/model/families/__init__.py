@@ -49,3 +49,11 @@ def family_of(config: dict[str, Any] | None) -> str:
         if any(isinstance(a, str) and a.startswith(spec.architecture_prefixes) for a in archs):
             return name
     return "generic"
+
+
+def loads_fused_experts(config: dict[str, Any] | None) -> bool:
+    """Does the vLLM model of ``config``'s family read routed experts stored as fused 3-D
+    tensors (the table's ``naming.routed_layout: fused_3d``, e.g. Llama-4: ``llama4.py``
+    ``Llama4Model.load_moe_expert_weights``)? Then a fused tensor needs no split."""
+    family = family_of(config)
+    return family in FAMILIES and FAMILIES[family].naming.routed_layout == "fused_3d"

@@ -152,5 +152,5 @@ def build_facts(
         notes=notes,
         width_key=keys.moe_intermediate_size,
         shared_width_key=getattr(spec.shared, "width", None),
-        fse_unsupported=None if spec.fse.supported else spec.fse.reason,
+        fse_unsupported=spec.fse.unsupported(types),  # type: ignore[arg-type]
     )

@@ -115,6 +115,31 @@ class LayerList(_Data):
         return [i for i in range(n_layers) if flags[i] == self.moe_value]
 
 
+class IndexRange(_Data):
+    """Layer ``i`` is MoE when ``config[start] <= i <= config[end]`` and ``(i + 1) %
+    config[interval] == 0`` (absent: 0, the last layer, 1), and ``n_routed > 0``
+    (ERNIE-4.5: ``moe_layer_start_index`` / ``moe_layer_end_index`` / ``moe_layer_interval``)."""
+
+    rule: Literal["index_range"]
+    start: str
+    end: str
+    interval: str
+
+    def select(self, cfg: ConfigView, n_layers: int, n_routed: int) -> list[int]:
+        start = cfg.opt_int(self.start, 0)
+        end = cfg.opt_int(self.end, n_layers - 1)
+        interval = cfg.opt_int(self.interval, 1)
+        if interval <= 0:
+            raise InputError(
+                f"config.json: {self.interval} must be >= 1, got {interval}; fix config.json"
+            )
+        return [
+            i
+            for i in range(n_layers)
+            if n_routed > 0 and start <= i <= end and (i + 1) % interval == 0
+        ]
+
+
 class EveryLayer(_Data):
     """Every decoder layer is MoE."""
 
@@ -125,7 +150,7 @@ class EveryLayer(_Data):
 
 
 MoeLayerRule = Annotated[
-    FirstKDense | SparseStep | LayerList | EveryLayer, Field(discriminator="rule")
+    FirstKDense | SparseStep | LayerList | IndexRange | EveryLayer, Field(discriminator="rule")
 ]
 
 
@@ -176,14 +201,31 @@ class RoutingDefaults(_Data):
 
     scoring_func: Literal["softmax", "sigmoid", "sqrtsoftplus"]
     topk_method: Literal["greedy", "group_limited_greedy", "noaux_tc"]
+    #: the config.json key of the top-k where the model reads its own (ERNIE-4.5: moe_k)
+    top_k: str | None = None
+    #: whether the model renormalises the chosen weights when config.json has no
+    #: norm_topk_prob (ERNIE-4.5: FusedMoE(renormalize=True)); None: the key's default, False
+    norm_topk_prob: bool | None = None
 
 
 class Fse(_Data):
     """Whether the family's vLLM model can fuse its shared experts at all (``supported``;
-    the model's own words why not in ``reason``)."""
+    the model's own words why not in ``reason``); ``unsupported_model_types``: model types
+    of the family whose vLLM model never fuses although the others do, each with its reason
+    (``{qwen2_moe: "qwen2_moe.py Qwen2MoeSparseMoeBlock ..."}``)."""
 
     supported: bool = True
     reason: str = ""
+    unsupported_model_types: dict[str, str] = Field(default_factory=dict)
+
+    def unsupported(self, model_types: set[str]) -> str | None:
+        """Why a model of ``model_types`` never fuses its shared experts, or None."""
+        if not self.supported:
+            return self.reason
+        for model_type in sorted(model_types):
+            if model_type in self.unsupported_model_types:
+                return self.unsupported_model_types[model_type]
+        return None
 
 
 class Layers(_Data):

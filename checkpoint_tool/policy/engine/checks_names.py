@@ -27,6 +27,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from checkpoint_tool.policy.fold import FOLD_MIN, fold_names
 from checkpoint_tool.quant.configs import QuarkConfig
 from checkpoint_tool.quant.configs.names import expert_parts
 from checkpoint_tool.quant.resolve import scheme_differences
@@ -58,8 +59,11 @@ def winner(qconfig: QuarkConfig, module: str, semantics: str) -> Pattern:
 
 def sampled_modules(ctx: EngineContext, patterns: list[Pattern]) -> list[str]:
     """Modules to evaluate: every non-expert module; per FusedMoE layer experts 0, the last,
-    and every expert index a pattern names."""
-    named = {int(i) for _, p in patterns if p for i in _EXPERT_IDX_RE.findall(p)}
+    and every expert index a pattern names for that layer (``model.layers.61.mlp.experts.7.``
+    names expert 7 of layer 61 only; a pattern whose layer part is a glob or a regex names it
+    in every layer). Example: an exact-name exclude list of layer 61's 768 expert modules
+    samples all 256 experts of layer 61 and 2 of every other layer."""
+    everywhere, per_layer = named_experts(patterns)
     by_layer: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
     out: list[str] = []
     for module in ctx.linear_modules:
@@ -68,11 +72,33 @@ def sampled_modules(ctx: EngineContext, patterns: list[Pattern]) -> list[str]:
             out.append(module)
         else:
             by_layer[parts[0]][parts[1]].append(module)
-    for experts in by_layer.values():
+    for prefix, experts in by_layer.items():
+        named = set(everywhere)
+        for where, idx in per_layer.items():  # `layers.61.mlp.experts` names model.layers.61's
+            if prefix.endswith(where) or where.endswith(prefix):
+                named |= idx
         keep = {min(experts), max(experts)} | (named & experts.keys())
         for e in sorted(keep):
             out.extend(experts[e])
     return out
+
+
+def named_experts(patterns: list[Pattern]) -> tuple[set[int], dict[str, set[int]]]:
+    """Expert indices the patterns name literally: ``(in every layer, {FusedMoE prefix:
+    indices})``. ``exclude: model.layers.61.mlp.experts.7.up_proj`` -> ``(set(),
+    {"model.layers.61.mlp.experts": {7}})``; ``*experts.7.*`` -> ``({7}, {})``."""
+    everywhere: set[int] = set()
+    per_layer: dict[str, set[int]] = defaultdict(set)
+    for _, pattern in patterns:
+        if not pattern:
+            continue
+        for m in _EXPERT_IDX_RE.finditer(pattern):
+            prefix = pattern[: m.start()] + "experts"
+            if prefix.startswith("re:") or any(c in prefix for c in _GLOB_CHARS):
+                everywhere.add(int(m.group(1)))
+            else:
+                per_layer[prefix].add(int(m.group(1)))
+    return everywhere, per_layer
 
 
 def other_modules(ctx: EngineContext) -> list[str]:
@@ -136,7 +162,7 @@ def check_names(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFi
         for module in other_modules(ctx):
             for sem, found in (("producer", producer), ("vllm", vllm)):
                 found[winner(qconfig, module, sem)].add(module)
-    out: list[EngineFinding] = []
+    rows: list[dict[str, Any]] = []
     seen: set[Pattern] = set()
     for pat in patterns:
         if pat in seen:
@@ -149,34 +175,99 @@ def check_names(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFi
             # what the regex names (as the DeepSeek-V4 FSE gate reads it: fullmatch)
             p_set = _regex_modules((pattern or "")[3:], sample)
         if not p_set and not v_set:
-            if "name_pattern_unmatched" in rules:
-                out.append(rules["name_pattern_unmatched"].finding(field=field, pattern=pattern))
+            rows.append({"rule": "name_pattern_unmatched", "field": field, "pattern": pattern})
             continue
         p_set = {m for m in p_set if m in linear}
         v_set = {m for m in v_set if m in linear}
         if p_set == v_set:
             continue
-        out += _differs(ctx, rules, field, pattern or "", p_set, v_set)
+        rows.append(_differs(ctx, field, pattern or "", p_set, v_set))
+    return fold_findings([r for r in rows if r["rule"] in rules], rules)
+
+
+#: what must agree for entries to be reported as one finding
+_FOLD_KEY = ("rule", "field", "why", "vllm_scheme", "producer_scheme")
+
+
+def fold_findings(rows: list[dict[str, Any]], rules: dict[str, RuleSpec]) -> list[EngineFinding]:
+    """One finding per rule, config field, reason and pair of schemes: entries that differ only
+    in their name (768 exact-name excludes of one MTP layer's experts) are one finding whose
+    message gives their folded pattern and count; ``details["patterns"]`` lists every entry.
+
+    Example row: ``{"rule": "name_pattern_differs", "field": "exclude", "pattern":
+    "model.layers.61.mlp.experts.0.down_proj", "why": ..., "modules": [...], ...}``."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row.get(k) for k in _FOLD_KEY), []).append(row)
+    out = []
+    batches = [
+        b for g in groups.values() for b in ([g] if len(g) >= FOLD_MIN else [[r] for r in g])
+    ]
+    for group in batches:
+        first = group[0]
+        spec = rules[first["rule"]]
+        patterns = [str(r["pattern"]) for r in group]
+        if len(group) == 1:
+            entries = f"entry {first['pattern']!r}"
+        else:
+            entries = f"entries {fold_names(patterns)!r} ({len(group)} entries)"
+        if first["rule"] == "name_pattern_unmatched":
+            details: dict[str, Any] = {"field": first["field"]}
+            if len(group) > 1:
+                details["patterns"] = patterns
+            out.append(
+                spec.finding(
+                    field=first["field"],
+                    pattern=first["pattern"],
+                    entries=entries,
+                    details=details,
+                )
+            )
+            continue
+        modules = sorted({m for r in group for m in r["modules"]})
+        n_producer = sum(r["n_producer"] for r in group)
+        n_vllm = sum(r["n_vllm"] for r in group)
+        details = {
+            "field": first["field"],
+            "pattern": first["pattern"] if len(group) == 1 else fold_names(patterns),
+            "quark_modules": n_producer,
+            "vllm_modules": n_vllm,
+        }
+        if len(group) > 1:
+            details["patterns"] = patterns
+        out.append(
+            spec.finding(
+                modules=modules,
+                layers=sorted({x for r in group for x in r["layers"]}),
+                field=first["field"],
+                pattern=first["pattern"],
+                entries=entries,
+                why=first["why"],
+                n_producer=n_producer,
+                n_vllm=n_vllm,
+                n_affected=len(modules),
+                vllm_scheme=first["vllm_scheme"],
+                producer_scheme=first["producer_scheme"],
+                details=details,
+            )
+        )
     return out
 
 
 def _differs(
     ctx: EngineContext,
-    rules: dict[str, RuleSpec],
     field: str,
     pattern: str,
     p_set: set[str],
     v_set: set[str],
-) -> list[EngineFinding]:
+) -> dict[str, Any]:
+    """The row of one pattern whose module sets differ between the two readings."""
     affected = sorted(p_set ^ v_set)
     if field == "layer_quant_config" and pattern.startswith("re:"):
         diffs = _regex_key_differences(ctx, pattern, affected)
     else:
         diffs = scheme_differences(ctx.quark, affected)
     changed = sorted(d.module for d in diffs)
-    rule_id = "name_pattern_changes_storage" if changed else "name_pattern_differs"
-    if rule_id not in rules:
-        return []
     sample = diffs[0] if diffs else None
     vllm_scheme = sample.vllm.short() if sample else _scheme(ctx, affected[0], "vllm")
     producer_scheme = sample.producer.short() if sample else _scheme(ctx, affected[0], "producer")
@@ -187,26 +278,18 @@ def _differs(
             if (p := expert_parts(m)) and (i := ctx.moe_layer_index(p[0])) is not None
         }
     )
-    return [
-        rules[rule_id].finding(
-            modules=changed or affected,
-            layers=layers,
-            field=field,
-            pattern=pattern,
-            why=why_differs(field, pattern, affected),
-            n_producer=len(p_set),
-            n_vllm=len(v_set),
-            n_affected=len(changed or affected),
-            vllm_scheme=vllm_scheme,
-            producer_scheme=producer_scheme,
-            details={
-                "field": field,
-                "pattern": pattern,
-                "quark_modules": len(p_set),
-                "vllm_modules": len(v_set),
-            },
-        )
-    ]
+    return {
+        "rule": "name_pattern_changes_storage" if changed else "name_pattern_differs",
+        "field": field,
+        "pattern": pattern,
+        "why": why_differs(field, pattern, affected),
+        "modules": changed or affected,
+        "layers": layers,
+        "n_producer": len(p_set),
+        "n_vllm": len(v_set),
+        "vllm_scheme": vllm_scheme,
+        "producer_scheme": producer_scheme,
+    }
 
 
 def _regex_key_differences(ctx: EngineContext, pattern: str, modules: list[str]) -> list[Any]:

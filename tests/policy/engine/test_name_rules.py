@@ -94,3 +94,21 @@ def test_pattern_that_matches_nothing(variant):
 def test_router_exclusions_are_not_unmatched(variant):
     # the hybrid export excludes routers and MTP heads by name: real modules, not stale
     assert not names(engine(variant("quark-hybrid")), "name_pattern_unmatched")
+
+
+def test_exact_name_excludes_of_one_layers_experts_are_one_finding(variant):
+    # Quark writes an excluded MoE layer as one exclude entry per expert projection; vLLM
+    # matches exclude against the FusedMoE layer name: one finding, the pattern and a count
+    mods = [
+        f"model.layers.2.mlp.experts.{e}.{p}" for e in range(4) for p in ("up_proj", "down_proj")
+    ]
+
+    def edit(qc):
+        qc["exclude"].extend(mods)
+
+    report = engine(variant("quark-mxfp4", edit))
+    found = [f for f in report.findings if f.rule.startswith("name_pattern")]
+    [f] = found
+    assert "'model.layers.2.mlp.experts.{0..3}.{down_proj,up_proj}' (8 entries)" in f.message
+    assert sorted(f.details["patterns"]) == sorted(mods)
+    assert f.layers == [2]
