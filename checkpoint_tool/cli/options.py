@@ -139,11 +139,6 @@ MemoryBudgetOpt = Annotated[
 LayersOpt = Annotated[
     Layers | None, _layers_option("Only these decoder layers, e.g. 3,4 or 3-5,7 (partial).")
 ]
-#: ``ckpt verify --layers``: the MoE layers it runs numerically
-VerifyLayersOpt = Annotated[
-    Layers | None,
-    _layers_option("MoE layers to run, e.g. 3,4 or 3-5,7 (default: one per policy)."),
-]
 OverwriteOpt = Annotated[
     bool,
     typer.Option(

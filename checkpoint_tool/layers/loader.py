@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -58,6 +59,8 @@ from checkpoint_tool.runtime.reference import dequantize_projection
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
 
 Semantics = Literal["vllm", "producer"]
+#: where expert tensors are read to (None: the CPU)
+Device = str | torch.device | None
 #: the fallback names of a weight's scale and global scale (``quant.roles``)
 _SCALE_SUFFIXES = suffixes_of("scale")
 _GLOBAL_SUFFIXES = suffixes_of("global_scale")
@@ -135,10 +138,10 @@ class CheckpointView(ConfigView):
             cache=self._scheme_cache,
         ).scheme
 
-    def read(self, name: str, what: str) -> torch.Tensor:
+    def read(self, name: str, what: str, device: Device = None) -> torch.Tensor:
         if name not in self.catalog.tensors:
             raise InputError(f"{self.where}: {what} tensor {name!r} is missing")
-        return self._reader.read(self.catalog.get(name))
+        return self._reader.read(self.catalog.get(name), device)
 
     @cached_property
     def _siblings(self) -> dict[str, dict[str, str]]:
@@ -148,18 +151,22 @@ class CheckpointView(ConfigView):
             out.setdefault(module, {})[suffix] = name
         return out
 
-    def projection(self, module: str, weight: str | None = None) -> Projection:
-        """One linear by module name: weight, scale, NVFP4 global scale; scheme resolved."""
+    def projection(
+        self, module: str, weight: str | None = None, device: Device = None
+    ) -> Projection:
+        """One linear by module name: weight, scale, NVFP4 global scale; scheme resolved;
+        its tensors on ``device`` (None: the CPU)."""
         weight = weight or f"{module}.weight"
         scheme = self.scheme(weight) if weight in self.catalog.tensors else None
         if scheme is None:
             raise InputError(f"{self.where}: expert weight {weight!r} is missing")
-        parts = {"weight": self.read(weight, "expert weight")}
+        parts = {"weight": self.read(weight, "expert weight", device)}
         if scheme.quantized:
             siblings = self._siblings.get(module, {})
             parts["scale"] = self.read(
                 self._sibling(module, siblings, scheme.scale_suffix, _SCALE_SUFFIXES, scheme),
                 f"{scheme.short()} scale",
+                device,
             )
             if scheme.global_scale_suffix:
                 parts["global_scale"] = self.read(
@@ -167,6 +174,7 @@ class CheckpointView(ConfigView):
                         module, siblings, scheme.global_scale_suffix, _GLOBAL_SUFFIXES, scheme
                     ),
                     f"{scheme.short()} global scale",
+                    device,
                 )
         return Projection(parts, scheme, module)
 
@@ -245,18 +253,19 @@ class CheckpointView(ConfigView):
         module = split_tensor_name(name)[0]
         return dequantize_projection(self.projection(module, name))
 
-    def expert(self, layer: int, e: int) -> ExpertWeights:
-        """Routed expert ``e`` (also a fused shared slot ``n_routed + j``)."""
+    def expert(self, layer: int, e: int, device: Device = None) -> ExpertWeights:
+        """Routed expert ``e`` (also a fused shared slot ``n_routed + j``) on ``device``."""
         lf = self.layer_facts(layer)
         layout = lf.naming.routed_layout
         if layout == "fused_3d":
-            return self._expert_3d(lf, e)
-        down = self.projection(lf.routed_module(e, "down"))
+            ex = self._expert_3d(lf, e)
+            return ex if device is None else ex.map(lambda p: p.to(device))
+        down = self.projection(lf.routed_module(e, "down"), device=device)
         if layout == "per_expert_gate_up":
-            gate, up = split_gate_up(self.projection(lf.routed_module(e, "gate")))
+            gate, up = split_gate_up(self.projection(lf.routed_module(e, "gate"), device=device))
         else:
-            gate = self.projection(lf.routed_module(e, "gate"))
-            up = self.projection(lf.routed_module(e, "up"))
+            gate = self.projection(lf.routed_module(e, "gate"), device=device)
+            up = self.projection(lf.routed_module(e, "up"), device=device)
         if self.semantics == "vllm":
             up = engine_w13_global_scale(gate, up)
         return ExpertWeights(gate, up, down)
@@ -281,7 +290,7 @@ class CheckpointView(ConfigView):
         gate, up = split_gate_up(out[0])
         return ExpertWeights(gate, up, out[1])
 
-    def shared(self, layer: int) -> list[ExpertWeights]:
+    def shared(self, layer: int, device: Device = None) -> list[ExpertWeights]:
         """The separate shared expert MLP(s) of ``layer`` (empty when there are none)."""
         lf = self.layer_facts(layer)
         if lf.shared_prefix is None or not self.has_shared_module(layer):
@@ -289,12 +298,14 @@ class CheckpointView(ConfigView):
         indexed = lf.naming.shared_layout == "indexed"
         out = []
         for j in range(lf.n_shared) if indexed else [None]:
-            down = self.projection(self._shared_down(lf.shared_module("down", j)))
+            down = self.projection(self._shared_down(lf.shared_module("down", j)), device=device)
             if lf.naming.shared_layout == "single_gate_up":
-                gate, up = split_gate_up(self.projection(lf.shared_module("gate", j)))
+                gate, up = split_gate_up(
+                    self.projection(lf.shared_module("gate", j), device=device)
+                )
             else:
-                gate = self.projection(lf.shared_module("gate", j))
-                up = self.projection(lf.shared_module("up", j))
+                gate = self.projection(lf.shared_module("gate", j), device=device)
+                up = self.projection(lf.shared_module("up", j), device=device)
             out.append(ExpertWeights(gate, up, down))
         return out
 
@@ -314,12 +325,18 @@ class CheckpointView(ConfigView):
         return module
 
     def layer(
-        self, layer: int, *, experts: Sequence[int] | None = None, router: Router | None = None
+        self,
+        layer: int,
+        *,
+        experts: Sequence[int] | None = None,
+        router: Router | None = None,
+        device: Device = None,
     ) -> LoadedLayer:
         """Layer ``layer`` with routed ``experts`` (all when None), fused slots and shared MLPs.
 
         The router weight and bias are restricted to the chosen experts, so ``slot_of`` maps
         the model's expert ids to the runtime's (``run_moe(..., topk=(remapped ids, w))``).
+        The experts' tensors are read onto ``device`` (None: the CPU; the router stays there).
         """
         lf = self.layer_facts(layer)
         router = router or self.router(layer)
@@ -329,7 +346,7 @@ class CheckpointView(ConfigView):
                 f"{self.where}: layer {layer}: expert ids {ids} not in 0..{lf.n_routed - 1}"
             )
         slots = self.fused_slots(layer)
-        experts_read = list(_readers().map(lambda e: self.expert(layer, e), [*ids, *slots]))
+        experts_read = list(_readers().map(lambda e: self.expert(layer, e, device), [*ids, *slots]))
         routed, fused = experts_read[: len(ids)], experts_read[len(ids) :]
         index = torch.tensor(ids, dtype=torch.long)
         weights = MoeLayerWeights(
@@ -338,7 +355,7 @@ class CheckpointView(ConfigView):
             e_score_correction_bias=None
             if router.bias is None
             else router.bias.index_select(0, index),
-            shared=self.shared(layer),
+            shared=self.shared(layer, device),
             n_fused_shared=len(fused),
             shared_gate_weight=router.shared_gate,
             name=lf.prefix,
@@ -348,10 +365,10 @@ class CheckpointView(ConfigView):
         return LoadedLayer(weights, {e: i for i, e in enumerate(ids)}, slots)
 
     def rank_layers(
-        self, layer: int, *, experts: Sequence[int], router: Router
+        self, layer: int, *, experts: Sequence[int], router: Router, device: Device = None
     ) -> tuple[list[MoeLayerWeights], dict[int, int]]:
         """``[whole layer]`` restricted to ``experts`` (the runtime slices it per rank)."""
-        loaded = self.layer(layer, experts=experts, router=router)
+        loaded = self.layer(layer, experts=experts, router=router, device=device)
         return [loaded.weights], loaded.slot_of
 
     # -- headers-only facts for sampling -------------------------------------------------------
@@ -394,8 +411,10 @@ class CheckpointView(ConfigView):
 
 
 #: threads reading experts of a layer at once (reads release the GIL; page cache and NVMe
-#: serve parallel reads faster than one stream)
-READ_THREADS = 8
+#: serve parallel reads faster than one stream): the usable cores, 8 to 16
+READ_THREADS = max(
+    8, min(16, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 8)
+)
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 

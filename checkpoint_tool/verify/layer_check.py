@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -68,8 +69,10 @@ class Loaded:
 
 def load_layer(
     src: CheckpointView, dst: ConvertedView, policy: LayerPolicy, options: NumericOptions,
-    bf16: bool, tp: int,
+    bf16: bool, tp: int, device: str | None = None,
 ) -> Loaded:  # fmt: skip
+    """Inputs, both routings (CPU) and both sides' chosen experts, read onto ``device`` (None:
+    the CPU; a GPU: through pinned staging, ``layers.fastread``)."""
     t0 = time.monotonic()
     result = LayerResult(
         status="skipped",
@@ -101,21 +104,32 @@ def load_layer(
     )
     used = sorted(set(ids_s.flatten().tolist()) | set(ids_d.flatten().tolist()))
     result.experts_used = len(used)
-    try:
-        src_layer = src.layer(layer, experts=used, router=src_router)
+
+    def read_source() -> LoadedLayer:
         from checkpoint_tool.verify.requant import requantized_reference
 
-        src_layer = requantized_reference(src_layer, layer, dst.ckpt_metadata())
-        out.src_topk = (remap_experts(ids_s, src_layer.slot_of), w_s)
-    except CkptError as exc:
-        result.message = f"source: {exc.message}"
-        return _final(out)
-    try:
-        ranks, slot_of = dst.rank_layers(layer, experts=used, router=dst_router)
-        out.problems = [] if dst.presliced else _tp_problems(ranks[0], tp)
-        out.dst_topk = (remap_experts(ids_d, slot_of), w_d)
-    except CkptError as exc:
-        return _final(out, f"converted: {exc.message}")
+        loaded = src.layer(layer, experts=used, router=src_router, device=device)
+        return requantized_reference(loaded, layer, dst.ckpt_metadata())
+
+    # both checkpoints' experts at once (the reading threads are shared; both sides wait on
+    # the disk, not on each other)
+    with ThreadPoolExecutor(1, thread_name_prefix="ckpt-read-source") as pool:
+        source = pool.submit(read_source)
+        try:
+            ranks, slot_of = dst.rank_layers(layer, experts=used, router=dst_router, device=device)
+            dst_error = None
+        except CkptError as exc:
+            dst_error = exc.message
+        try:
+            src_layer = source.result()
+            out.src_topk = (remap_experts(ids_s, src_layer.slot_of), w_s)
+        except CkptError as exc:
+            result.message = f"source: {exc.message}"
+            return _final(out)
+    if dst_error is not None:
+        return _final(out, f"converted: {dst_error}")
+    out.problems = [] if dst.presliced else _tp_problems(ranks[0], tp)
+    out.dst_topk = (remap_experts(ids_d, slot_of), w_d)
     out.x, out.src_layer, out.src_routing = x, src_layer, src_routing
     out.ranks, out.dst_routing = ranks, dst_routing
     result.read_seconds = round(time.monotonic() - t0, 3)

@@ -167,10 +167,16 @@ class ShardedView(ConfigView):
         return Router(weight, bias)
 
     def rank_layers(
-        self, layer: int, *, experts: Sequence[int], router: Router
+        self,
+        layer: int,
+        *,
+        experts: Sequence[int],
+        router: Router,
+        device: str | torch.device | None = None,
     ) -> tuple[list[MoeLayerWeights], dict[int, int]]:
         """Each rank's slice of ``layer`` restricted to routed ``experts`` (+ fused slots,
-        + separate shared experts), and the expert id -> index map of the restriction."""
+        + separate shared experts), and the expert id -> index map of the restriction; on
+        ``device`` when given (the CPU by default)."""
         from checkpoint_tool.targets.sharded_read import read_sharded_moe_layer
 
         lf = self.layer_facts(layer)
@@ -201,6 +207,8 @@ class ShardedView(ConfigView):
                     name=f"{lf.prefix} (rank {rank})",
                 )
             )
+        if device is not None:
+            out = [r.to(device) for r in out]
         return out, {e: i for i, e in enumerate(ids)}
 
     def _expert(self, lf: MoeLayerFacts, e: int, parts: dict) -> ExpertWeights:

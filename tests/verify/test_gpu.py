@@ -97,3 +97,29 @@ def test_numeric_report_times_each_stage_on_the_gpu(converted) -> None:
     assert report.passed and report.numeric.device == "cuda"
     for r in report.numeric.layers:
         assert r.decode_seconds > 0 and r.runtime_seconds > 0 and r.read_seconds > 0
+
+
+@pytest.mark.parametrize("stage", [4096, 8 << 20])
+def test_staged_read_to_the_gpu_equals_the_cpu_read(converted, monkeypatch, stage: int) -> None:
+    """Pinned double-buffered reads (several chunks per tensor with a 4 KiB stage) from several
+    threads give the CPU read's bytes on the GPU."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from checkpoint_tool.catalog import open_catalog
+    from checkpoint_tool.layers import fastread
+
+    monkeypatch.setattr(fastread, "STAGE", stage)
+    _, dst = converted("quark-mxfp4", tp=2)
+    cat = open_catalog(str(dst), headers_only=False)
+    reader = fastread.TensorReader(cat)
+    entries = [cat.get(n) for n in sorted(cat.tensors)]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda e: reader.read(e, "cuda"), entries))
+    assert any(e.end - e.begin > 2 * 4096 for e in entries)
+    for e, t in zip(entries, got, strict=True):
+        want = reader.read(e)
+        assert t.device.type == "cuda" and t.dtype == want.dtype and t.shape == want.shape
+        assert torch.equal(
+            t.cpu().reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)
+        )
+    reader.close()
