@@ -176,6 +176,9 @@ class RoutingDefaults(_Data):
 
     scoring_func: Literal["softmax", "sigmoid", "sqrtsoftplus"]
     topk_method: Literal["greedy", "group_limited_greedy", "noaux_tc"]
+    #: the top-k weights renormalised to sum 1 when config.json has no ``norm_topk_prob``
+    #: (gpt-oss: vLLM's ``MLPBlock`` passes ``renormalize=True``)
+    norm_topk_prob: bool = False
 
 
 class Fse(_Data):
