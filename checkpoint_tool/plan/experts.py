@@ -79,8 +79,8 @@ def _layer_modules(
     per-expert ones come once per leaf, as ``(leaf, part of expert 0)``."""
     naming = layer.naming
     if naming.routed_layout == "fused_3d":
-        yield layer.routed_weight(0, "gate"), ExpertPart(layer, "routed", "gate_up", None, True)
-        yield layer.routed_weight(0, "down"), ExpertPart(layer, "routed", "down", None, True)
+        yield layer.fused_3d_param("gate"), ExpertPart(layer, "routed", "gate_up", None, True)
+        yield layer.fused_3d_param("down"), ExpertPart(layer, "routed", "down", None, True)
     else:
         fused = naming.routed_layout == "per_expert_gate_up"
         base = layer.routed_prefix

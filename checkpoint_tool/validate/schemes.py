@@ -130,6 +130,7 @@ def _width_issue(
         return []
     leaf = name.removesuffix(".weight").rsplit(".", 1)[-1]
     fused = proj != "down" and leaf == layer.naming.gate_up_name
+    fused = fused or (proj != "down" and name == layer.routed_weight(0, "gate"))  # gpt-oss
     got = layer.naming.intermediate_dim(proj, logical, fused_gate_up=fused)
     if got == want:
         return []
