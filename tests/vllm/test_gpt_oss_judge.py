@@ -19,8 +19,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from judge_checks import written_once
-
 from checkpoint_tool.vllm_run.judge import JudgeJob, run_judge
 
 PRESET = "gpt-oss"
@@ -67,6 +65,17 @@ def same_or_padding(out, src, *, what: str) -> int:  # type: ignore[no-untyped-d
     return len(out.params)
 
 
+def written_once_whole(out, src) -> None:  # type: ignore[no-untyped-def]
+    """Each parameter written once, and the same ones as from the source. gpt-oss's loader
+    writes each 3-D expert parameter whole (``shard_id=None, expert_id=None``), so the
+    per-expert slot counts of ``judge_checks.written_once`` do not apply."""
+    twice = {k: n for k, n in out.writes.items() if n != 1}
+    assert not twice, f"written more than once: {sorted(twice.items(), key=str)[:5]}"
+    assert {k[0] for k in out.writes} == {k[0] for k in src.writes}
+    experts = [k for k in out.writes if ".routed_experts." in k[0]]
+    assert experts and all(k[1:] == (None, None) for k in experts)
+
+
 @pytest.mark.parametrize("tp", TPS)
 def test_gpt_oss_parameters_equal_what_vllm_builds_from_the_source(judged, tp):
     out, src = judged[("out", tp)], judged[("src", tp)]
@@ -76,7 +85,7 @@ def test_gpt_oss_parameters_equal_what_vllm_builds_from_the_source(judged, tp):
     for r, (a, b) in enumerate(zip(out.ranks, src.ranks, strict=True)):
         n = same_or_padding(a, b, what=f"gpt-oss tp{tp} rank {r}")
         assert n > 0
-        assert written_once(a, reference=b) > 0
+        written_once_whole(a, b)
 
 
 def test_the_padded_rank_really_pads(judged):
