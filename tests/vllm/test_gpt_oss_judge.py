@@ -59,9 +59,10 @@ def same_or_padding(out, src, *, what: str) -> int:  # type: ignore[no-untyped-d
             p.params[weight].reshape(*groups[:-1], groups[-1], -1).eq(0).all(-1).reshape(groups)
             for p in (out, src)
         ]
-        differ = a.ne(b)
+        differ = a.ne(b).reshape(groups)
         assert bool((zero[0] & zero[1])[differ].all()), f"{what}: {name} differs off the padding"
         assert not bool(a.eq(0xFF).any() or b.eq(0xFF).any()), f"{what}: {name}: NaN scales"
+        assert bool(differ.any())
     return len(out.params)
 
 
