@@ -104,4 +104,4 @@ def test_outputs_keep_the_producers_4d_blocks(judged, synth_ckpt, converted):
     out = Path(judged[("out", 2)].job.model)
     with safe_open(str(out / "model-00001-of-00001.safetensors"), "pt") as f:
         shape = f.get_slice("model.layers.0.mlp.experts.gate_up_proj_blocks").get_shape()
-    assert shape == [4, 2 * 128, 128 // 32, 16]  # I padded 96 -> 128, [E, 2I, H/32, 16]
+    assert shape == [8, 2 * 128, 256 // 32, 16]  # I padded 96 -> 128, [E, 2I, H/32, 16]

@@ -24,7 +24,7 @@ Example::
     layout = build_gpt_oss(GPT_OSS_TINY, PresetOptions())
     layout.config["quantization_config"]["quant_method"]       # 'mxfp4'
     [t.shape for t in layout.tensors if t.name.endswith("0.mlp.experts.down_proj_blocks")]
-    # [(4, 128, 3, 16)]
+    # [(8, 256, 3, 16)]
 """
 
 from __future__ import annotations
@@ -47,10 +47,11 @@ GPT_OSS_QUANT_CONFIG = {
 }
 
 #: the tiny twin: I = 96 (3 scale groups) so TP 2 pads to 2 x 64 as vLLM's gpt-oss loader
-#: splits it (cdiv(3, 2) = 2 groups per rank); 4 heads of 32, 2 KV heads (whole heads per rank)
+#: splits it (cdiv(3, 2) = 2 groups per rank); 4 heads of 64, 2 KV heads (whole heads per
+#: rank at TP 2); ~1.9 MB, so a 1.5 MB shard size reshards it
 GPT_OSS_TINY = Dims(
-    num_layers=2, n_routed=4, n_shared=0, top_k=2, hidden=128, moe_intermediate=96,
-    vocab=512, heads=4, kv_heads=2, head_dim=32, mtp_layers=0,
+    num_layers=2, n_routed=8, n_shared=0, top_k=2, hidden=256, moe_intermediate=96,
+    vocab=512, heads=4, kv_heads=2, head_dim=64, mtp_layers=0,
 )  # fmt: skip
 #: openai/gpt-oss-20b (3 shards)
 GPT_OSS_FULL = Dims(
