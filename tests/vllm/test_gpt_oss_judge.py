@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from checkpoint_tool.vllm_run.judge import JudgeJob, run_judge
 
 PRESET = "gpt-oss"
