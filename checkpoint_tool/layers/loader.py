@@ -197,14 +197,14 @@ class CheckpointView(ConfigView):
         return f"{lf.prefix}.{lf.naming.router_name}.{_HASH_TABLE}" in self.catalog.tensors
 
     def swiglu_limit(self) -> float | None:
-        """The activation clamp (config.json ``swiglu_limit``) of DeepSeek-V4 and gpt-oss; other
-        families: None.
+        """DeepSeek-V4's activation clamp (config.json ``swiglu_limit``; other families: None).
 
-        vLLM reads it in ``models/deepseek_v4`` (``DeepseekV4MoE.__init__``:
-        ``self.swiglu_limit = config.swiglu_limit``); gpt-oss's ``swigluoai`` clamps at 7.0
-        (``SwigluOAIAndMul``'s default, which is what the published config.json says too).
+        vLLM reads it only in ``models/deepseek_v4`` (``DeepseekV4MoE.__init__``:
+        ``self.swiglu_limit = config.swiglu_limit``). gpt-oss's config.json has one too, but
+        vLLM's ``MLPBlock`` never passes it: ``swigluoai`` clamps at its own 7.0
+        (``SwigluOAIAndMul``), which ``reference.swiglu`` applies when this is None.
         """
-        if self.facts.family not in ("deepseek_v4", "gpt_oss"):
+        if self.facts.family != "deepseek_v4":
             return None
         limit = self.text_config.get("swiglu_limit")
         return float(limit) if limit else None
