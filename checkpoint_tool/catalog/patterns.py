@@ -54,7 +54,9 @@ class NamePatterns:
         else:  # one array item per character, so that offsets are those of ``text``
             self.chars = np.frombuffer(text.encode("utf-32-le"), np.uint32)
             digits = (self.chars >= 48) & (self.chars <= 57)
-            zeroed = np.where(digits, 48, self.chars).astype(np.uint32).tobytes().decode("utf-32-le")
+            zeroed = (
+                np.where(digits, 48, self.chars).astype(np.uint32).tobytes().decode("utf-32-le")
+            )
         number: dict[bytes | str, int] = {}  # pattern -> its number, in order of first row
 
         def numbered(line: bytes | str) -> int:
@@ -149,12 +151,16 @@ class NamePatterns:
         ]
         yield from sorted(parts, key=lambda part: int(part[0]))
 
-    def parts(self, whole: np.ndarray | None = None) -> tuple[Numbered, Numbered]:
+    def parts(
+        self, whole: np.ndarray | None = None, heads_of: dict[int, int] | None = None
+    ) -> tuple[Numbered, Numbered]:
         """Each name split as ``str.rpartition(".")`` splits it: its head
         (``model.layers.3.mlp.experts.7.down_proj``) and its last component (``weight``);
-        the rows of ``whole`` keep their whole name as head. Heads and last components are
-        each numbered in the order of their first row, found per pattern (a pattern's names
-        have their last dot at one place) and told apart by their digits."""
+        the rows of ``whole`` keep their whole name as head; the rows of pattern ``k`` in
+        ``heads_of`` split after ``heads_of[k]`` characters and one separator (gpt-oss:
+        ``X.experts.down_proj_blocks`` -> ``X.experts.down_proj`` and ``blocks``). Heads and
+        last components are each numbered in the order of their first row, found per pattern
+        (a pattern's names have their last dot at one place) and told apart by their digits."""
         n = len(self.pattern)
         kept = np.zeros(n, bool)
         if whole is not None:
@@ -164,6 +170,11 @@ class NamePatterns:
         for k, pattern in enumerate(self.patterns):
             rows = self.rows(k)
             dot = pattern.rfind(".")
+            if heads_of and k in heads_of:
+                cut = heads_of[k]
+                tails.setdefault(pattern[cut + 1 :], []).append((rows, cut + 1))
+                heads.setdefault(pattern[:cut], []).append((rows, 0))
+                continue
             tails.setdefault(pattern[dot + 1 :], []).append((rows, dot + 1))
             keep = kept[rows]
             if keep.any():

@@ -104,6 +104,39 @@ def storage_layout(
     return (*lead, last * bits // 8), 1
 
 
+#: bytes per gpt-oss MXFP4 block (32 E2M1 values): the last dim of ``X.experts.*_blocks``
+GPT_OSS_BLOCK_BYTES = 16
+_GPT_OSS_BLOCKS = (".experts.gate_up_proj_blocks", ".experts.down_proj_blocks")
+
+
+def gpt_oss_storage_shape(name: str, shape: list[int]) -> list[int]:
+    """How ckpt keeps gpt-oss's MXFP4 expert weights ``X.experts.*_blocks`` U8
+    ``[E, R, G, 16]``: as ``[E, R, G * 16]``, the same bytes in the same order, the packed
+    ``[..., out, in/2]`` storage every MXFP4 reader here knows. Writers restore the
+    producer's 4-D shape (``gpt_oss_header_shape``); any other tensor is left as is.
+
+    ``("m.layers.0.mlp.experts.down_proj_blocks", [32, 2880, 90, 16])`` -> ``[32, 2880, 1440]``.
+    """
+    if len(shape) == 4 and shape[-1] == GPT_OSS_BLOCK_BYTES and name.endswith(_GPT_OSS_BLOCKS):
+        return [*shape[:2], shape[2] * GPT_OSS_BLOCK_BYTES]
+    return shape
+
+
+def gpt_oss_header_shape(name: str, dtype: str, shape: Sequence[int]) -> list[int]:
+    """The header shape gpt-oss writes for ``name``: its expert blocks ``[E, R, G * 16]`` (how
+    the catalog keeps them, ``gpt_oss_storage_shape``) as ``[E, R, G, 16]``; any other tensor
+    as is.
+
+    ``("m.layers.0.mlp.experts.down_proj_blocks", "U8", [32, 2880, 1440])`` ->
+    ``[32, 2880, 90, 16]``.
+    """
+    out = list(shape)
+    if name.endswith(_GPT_OSS_BLOCKS) and dtype == "U8" and len(out) == 3:
+        if out[-1] % GPT_OSS_BLOCK_BYTES == 0:
+            return [*out[:-1], out[-1] // GPT_OSS_BLOCK_BYTES, GPT_OSS_BLOCK_BYTES]
+    return out
+
+
 def storage_shape(
     dtype: str, shape: tuple[int, ...] | list[int], *, name: str = ""
 ) -> tuple[int, ...]:
@@ -369,9 +402,11 @@ def _parse_entries(
         fields = _well_formed(info, data_len)
         if fields is None:
             t = _parse_entry(path, name, info, data_start, data_len)
-            append((name, t.dtype, list(t.shape), t.begin, t.end))
+            append((name, t.dtype, gpt_oss_storage_shape(name, list(t.shape)), t.begin, t.end))
         else:
             dtype, shape, begin, end = fields
+            if len(shape) == 4 and dtype == "U8":
+                shape = gpt_oss_storage_shape(name, shape)
             append((name, dtype, shape, data_start + begin, data_start + end))
     if not entries:
         return NO_COLUMNS

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 
-from checkpoint_tool.catalog.safetensors_format import build_header
+from checkpoint_tool.catalog.safetensors_format import build_header, gpt_oss_header_shape
 from checkpoint_tool.errors import CkptError, InputError, OutputError
 from checkpoint_tool.execute.faults import fault_point
 from checkpoint_tool.execute.hashed_output import HashedOutput, SourceEnded, SourceError
@@ -70,7 +70,9 @@ class SafetensorsWriter:
         self.path = Path(path)
         self.durable = durable and DURABLE
         self.tmp = partial_name(self.path)
-        prefix, offsets = build_header(tensors, metadata)
+        # gpt-oss's expert blocks go out in the producer's [E, R, G, 16] (the same bytes)
+        header = [(n, d, tuple(gpt_oss_header_shape(n, d, sh))) for n, d, sh in tensors]
+        prefix, offsets = build_header(header, metadata)
         self._expected = [
             (name, end - begin) for (name, _, _), (begin, end) in zip(tensors, offsets, strict=True)
         ]

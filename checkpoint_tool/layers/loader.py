@@ -55,6 +55,7 @@ from checkpoint_tool.model import ModelFacts, MoeLayerFacts, model_facts
 from checkpoint_tool.quant.resolve import resolve_tensor, split_tensor_name
 from checkpoint_tool.quant.roles import suffixes_of
 from checkpoint_tool.quant.scheme import Scheme
+from checkpoint_tool.runtime.interleave import split_interleaved
 from checkpoint_tool.runtime.reference import dequantize_projection
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
 
@@ -207,7 +208,9 @@ class CheckpointView(ConfigView):
         """DeepSeek-V4's activation clamp (config.json ``swiglu_limit``; other families: None).
 
         vLLM reads it only in ``models/deepseek_v4`` (``DeepseekV4MoE.__init__``:
-        ``self.swiglu_limit = config.swiglu_limit``).
+        ``self.swiglu_limit = config.swiglu_limit``). gpt-oss's config.json has one too, but
+        vLLM's ``MLPBlock`` never passes it: ``swigluoai`` clamps at its own 7.0
+        (``SwigluOAIAndMul``), which ``reference.swiglu`` applies when this is None.
         """
         if self.facts.family != "deepseek_v4":
             return None
@@ -271,6 +274,8 @@ class CheckpointView(ConfigView):
         return ExpertWeights(gate, up, down)
 
     def _expert_3d(self, lf: MoeLayerFacts, e: int) -> ExpertWeights:
+        if lf.naming.fused_3d_weight is not None:
+            return self._gpt_oss_expert(lf, e)
         out = []
         for proj in ("gate", "down"):
             name = lf.routed_weight(e, proj)
@@ -289,6 +294,28 @@ class CheckpointView(ConfigView):
             out.append(Projection({"weight": t}, scheme, f"{name}[{e}]"))
         gate, up = split_gate_up(out[0])
         return ExpertWeights(gate, up, out[1])
+
+    def _gpt_oss_expert(self, lf: MoeLayerFacts, e: int) -> ExpertWeights:
+        """Expert ``e`` of gpt-oss's 3-D MXFP4 tensors: row ``e`` of ``_blocks`` (kept packed
+        ``[E, R, H/2]``), ``_scales`` and ``_bias``; gate and up rows interleaved
+        (``runtime.interleave``)."""
+        projs = []
+        for proj in ("gate", "down"):
+            module = lf.fused_3d_param(proj)
+            name = lf.routed_weight(e, proj)
+            scheme = self.scheme(name)
+            parts = {}
+            for role, suffix in (("weight", "blocks"), ("scale", "scales"), ("bias", "bias")):
+                entry = self.catalog.tensors.get(f"{module}_{suffix}")
+                if entry is None:
+                    raise InputError(
+                        f"{self.where}: gpt-oss expert tensor {module}_{suffix} is missing"
+                    )
+                parts[role] = read_rows(self.catalog, entry, e, e + 1)[0]
+            bias = parts.pop("bias").float()
+            projs.append(Projection(parts, scheme, f"{module}[{e}]", bias))
+        gate, up = split_interleaved(projs[0])
+        return ExpertWeights(gate, up, projs[1])
 
     def shared(self, layer: int, device: Device = None) -> list[ExpertWeights]:
         """The separate shared expert MLP(s) of ``layer`` (empty when there are none)."""
@@ -349,12 +376,16 @@ class CheckpointView(ConfigView):
         experts_read = list(_readers().map(lambda e: self.expert(layer, e, device), [*ids, *slots]))
         routed, fused = experts_read[: len(ids)], experts_read[len(ids) :]
         index = torch.tensor(ids, dtype=torch.long)
+        bias = None if router.bias is None else router.bias.index_select(0, index)
+        # gpt-oss's router.bias is the router linear's own (vLLM gpt_oss.py MLPBlock:
+        # GateLinear(bias=True)), added to the logits; elsewhere a bias only steers the choice
+        gpt_oss = self.facts.family == "gpt_oss"
         weights = MoeLayerWeights(
             experts=[*routed, *fused],
             router_weight=router.weight.index_select(0, index),
-            e_score_correction_bias=None
-            if router.bias is None
-            else router.bias.index_select(0, index),
+            e_score_correction_bias=None if gpt_oss else bias,
+            router_bias=bias if gpt_oss else None,
+            activation="swigluoai" if gpt_oss else "silu",
             shared=self.shared(layer, device),
             n_fused_shared=len(fused),
             shared_gate_weight=router.shared_gate,

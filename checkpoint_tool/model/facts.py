@@ -64,6 +64,10 @@ class ExpertNaming(BaseModel):
     router_bias: str | None = None
     #: dim order of 3-D fused experts (see ``Fused3dOrder``)
     fused_3d_order: Fused3dOrder = "out_in"
+    #: 3-D fused experts stored as several tensors, the weight ``{param}_{suffix}`` (gpt-oss:
+    #: ``experts.gate_up_proj_blocks``, with ``_scales`` and ``_bias``); None: the tensor is
+    #: the parameter itself (``experts.gate_up_proj``)
+    fused_3d_weight: str | None = None
     #: the shared expert's own leaf names where they differ from the routed ones (MiniMax-M3:
     #: routed ``experts.E.w1``, shared ``shared_experts.gate_proj``); None: ``proj_names``
     shared_proj_names: dict[str, str] | None = None
@@ -142,8 +146,15 @@ class MoeLayerFacts(BaseModel):
         """
         if self.naming.routed_layout == "fused_3d":
             leaf = self.proj_name("down") if proj == "down" else self.naming.gate_up_name
-            return f"{self.routed_prefix}.{leaf}"
+            suffix = self.naming.fused_3d_weight
+            return f"{self.routed_prefix}.{leaf}" + (f"_{suffix}" if suffix else "")
         return f"{self.routed_module(e, proj)}.weight"
+
+    def fused_3d_param(self, proj: Proj) -> str:
+        """The module of a 3-D fused expert parameter: ``{prefix}.experts.gate_up_proj`` (its
+        weight is that tensor, or gpt-oss's ``..._blocks``, see ``routed_weight``)."""
+        leaf = self.proj_name("down") if proj == "down" else self.naming.gate_up_name
+        return f"{self.routed_prefix}.{leaf}"
 
     def shared_module(self, proj: Proj, j: int | None = None) -> str:
         """Module of the shared expert projection; ``j`` only for indexed shared experts.

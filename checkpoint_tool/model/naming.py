@@ -37,6 +37,10 @@ def detect_naming(prefix: str, names: Collection[str], default: ExpertNaming) ->
             fields.update(routed_layout="per_expert_gate_up", gate_up_name="gate_up_proj")
         elif f"{routed}.gate_up_proj" in names or f"{routed}.gate_up_proj.weight" in names:
             fields.update(routed_layout="fused_3d", gate_up_name="gate_up_proj")
+        elif f"{routed}.gate_up_proj_blocks" in names:  # gpt-oss MXFP4 (_blocks/_scales/_bias)
+            fields.update(
+                routed_layout="fused_3d", gate_up_name="gate_up_proj", fused_3d_weight="blocks"
+            )
     first = fields.get("proj_names", default.proj_names)
     assert isinstance(first, dict)
     spellings = [first, *_SPELLINGS]

@@ -50,14 +50,37 @@ class ExpertPart(NamedTuple):
     @property
     def unfused(self) -> bool:
         """A 3-D fused tensor written as per-expert tensors (``out_in`` order: the DeepSeek
-        loaders read per-expert experts); ``in_out`` ones (Llama-4) are written as they are,
-        padded in place: vLLM's loader reads and transposes them itself."""
-        return self.fused_3d and self.layer.naming.fused_3d_order == "out_in"
+        loaders read per-expert experts); ``in_out`` ones (Llama-4) and gpt-oss's
+        (``_blocks`` / ``_scales`` / ``_bias``) are written as they are, padded in place:
+        vLLM's loaders read them 3-D themselves (``gpt_oss.py`` ``_load_weights_mxfp4``)."""
+        naming = self.layer.naming
+        return (
+            self.fused_3d and naming.fused_3d_order == "out_in" and naming.fused_3d_weight is None
+        )
+
+    @property
+    def own_weight(self) -> bool:
+        """The tensor is its module's weight, with no suffix (a 3-D fused parameter such as
+        ``experts.gate_up_proj``); gpt-oss's ``_blocks`` have ``_scales`` and ``_bias`` beside."""
+        return self.fused_3d and self.layer.naming.fused_3d_weight is None
+
+    @property
+    def interleaved(self) -> bool:
+        """gpt-oss's gate_up rows ``[g0, u0, g1, u1, ...]``: intermediate ``i`` is rows
+        ``2i, 2i + 1``, so the dim is one segment ``2 x I`` wide and pads at its end (vLLM's
+        ``gpt_oss.py`` ``_load_weights_mxfp4`` narrows rows ``2 * tp_rank_start : 2 * tp_rank_end``)."""
+        return self.proj == "gate_up" and self.fused_3d and not self.own_weight
 
     @property
     def segments(self) -> int:
-        """How many intermediate-sized blocks the dim holds (gate_up: gate rows, up rows)."""
-        return 2 if self.proj == "gate_up" else 1
+        """How many intermediate-sized blocks the dim holds (gate_up: gate rows, up rows;
+        interleaved gate_up: one block of ``2 x I``)."""
+        return 2 if self.proj == "gate_up" and not self.interleaved else 1
+
+    @property
+    def width_factor(self) -> int:
+        """Rows per intermediate index of one segment: 2 for interleaved gate_up, else 1."""
+        return 2 if self.interleaved else 1
 
 
 def expert_modules(facts: ModelFacts) -> dict[str, ExpertPart]:
@@ -79,8 +102,8 @@ def _layer_modules(
     per-expert ones come once per leaf, as ``(leaf, part of expert 0)``."""
     naming = layer.naming
     if naming.routed_layout == "fused_3d":
-        yield layer.routed_weight(0, "gate"), ExpertPart(layer, "routed", "gate_up", None, True)
-        yield layer.routed_weight(0, "down"), ExpertPart(layer, "routed", "down", None, True)
+        yield layer.fused_3d_param("gate"), ExpertPart(layer, "routed", "gate_up", None, True)
+        yield layer.fused_3d_param("down"), ExpertPart(layer, "routed", "down", None, True)
     else:
         fused = naming.routed_layout == "per_expert_gate_up"
         base = layer.routed_prefix

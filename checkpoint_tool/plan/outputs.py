@@ -208,7 +208,7 @@ def _place_per_form(
 
     weight = padded(cutter.weight_row[cols.module[rows]])
     # a 3-D fused expert tensor kept fused (``in_out`` order) is its own weight: no suffix
-    fused_3d = np.array([p.fused_3d for p in experts.kinds] + [False], bool)[kind]
+    fused_3d = np.array([p.own_weight for p in experts.kinds] + [False], bool)[kind]
     weight = np.where(padding & fused_3d, rows, weight)
     w = np.maximum(weight, 0)
     forms = _PerForm(
@@ -421,6 +421,7 @@ class _Cutter:
                 else layer.shared_intermediate_size
             )
             target = geo.shared_target(layer.n_shared, width)
+        width, target = width * part.width_factor, target * part.width_factor
         ranges = [(k * width, (k + 1) * width) for k in range(part.segments)]
         return self.cut(self.table.entry(row), row, part, ranges, target, width)
 
@@ -443,7 +444,7 @@ class _Cutter:
         target: int,
         width: int,
     ) -> Placement:
-        weight = row if part.fused_3d else self._weight(row)
+        weight = row if part.own_weight else self._weight(row)
         w_entry = entry if weight == row else self.table.entry(weight)
         codec = self.codec(int(self.cols.scheme[weight]))
         key = (codec, w_entry.dtype, w_entry.shape)

@@ -72,12 +72,14 @@ def _fill(entry: TensorEntry, role: str) -> str:
 def _plain_ranges(
     entry: TensorEntry, ranges: list[tuple[int, int]], target: int
 ) -> list[tuple[Region | None, Pad | None]]:
-    """A 1-D tensor indexed by the intermediate dim (an expert bias): no packing, no groups."""
+    """A bias indexed by the intermediate dim on its last dim (an expert's ``[I]``, gpt-oss's
+    3-D experts' ``[E, 2I]``): no packing, no groups."""
     out: list[tuple[Region | None, Pad | None]] = []
+    last = len(entry.shape) - 1
     for start, stop in ranges:
         amount = target - (stop - start)
-        pad = Pad(dim=0, amount=amount, fill=_fill(entry, "bias")) if amount > 0 else None
-        out.append((Region(dim=0, start=start, stop=stop), pad))
+        pad = Pad(dim=last, amount=amount, fill=_fill(entry, "bias")) if amount > 0 else None
+        out.append((Region(dim=last, start=start, stop=stop), pad))
     return out
 
 
@@ -115,7 +117,7 @@ def place(
                 if pad is not None:
                     pad = Pad(dim=pad.dim, amount=pad.amount, fill=_fill(entry, role))
             cuts.append((region, pad))
-    elif role == "bias" and on_intermediate_bias and len(storage) == 1:
+    elif role == "bias" and on_intermediate_bias and len(storage) in (1, 2):
         cuts = _plain_ranges(entry, ranges, target)
     elif not storage or role not in CODEC_ROLES:
         return whole(entry)

@@ -24,7 +24,12 @@ import numpy as np
 from checkpoint_tool.catalog.grouping import dense_ids, distinct, groups
 from checkpoint_tool.formats import format_of
 from checkpoint_tool.quant.configs import QuarkConfig
-from checkpoint_tool.quant.configs.names import PACKED_SHARD_NAMES, expert_parts, packed_siblings
+from checkpoint_tool.quant.configs.names import (
+    PACKED_SHARD_NAMES,
+    expert_parts,
+    packed_siblings,
+    tensor_name,
+)
 from checkpoint_tool.quant.configs.shapes import (
     Expected,
     expected_siblings,
@@ -198,9 +203,9 @@ class _ModuleCheck:
         own = True
         for suffix, exp in expected.items():
             own = own and suffix in parts
-            row = parts[suffix] if suffix in parts else table.row_of(f"{module}.{suffix}")
+            row = parts[suffix] if suffix in parts else table.row_of(tensor_name(module, suffix))
             if row is None:
-                name = f"{module}.{suffix}"
+                name = tensor_name(module, suffix)
                 msg = f"missing {exp.role} {name!r} ({'/'.join(exp.dtypes)}) that {_why(scheme)} needs"
                 out.append(record("missing_scale", weight, msg))
                 continue

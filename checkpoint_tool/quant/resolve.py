@@ -26,7 +26,12 @@ from checkpoint_tool.catalog.grouping import dense_ids, groups
 from checkpoint_tool.quant.configs import DeepSeekV4Config, QuantConfig
 from checkpoint_tool.quant.configs.base import FLOAT_DTYPES, unquantized
 from checkpoint_tool.quant.configs.load import load_quant_config
-from checkpoint_tool.quant.configs.names import expert_key, non_linear_reason, split_tensor_name
+from checkpoint_tool.quant.configs.names import (
+    expert_key,
+    non_linear_reason,
+    split_gpt_oss_name,
+    split_tensor_name,
+)
 from checkpoint_tool.quant.resolved import (
     ROLE_CODES,
     ModuleParts,
@@ -154,6 +159,12 @@ def _resolve_split(
 ) -> ResolvedTensor:
     """``resolve_tensor`` for a name already split into ``module`` and ``suffix``."""
     source = qconfig.source
+    gpt_oss = split_gpt_oss_name(name)
+    if gpt_oss is not None:  # X.experts.gate_up_proj_blocks: module X.experts.gate_up_proj
+        own, role = gpt_oss
+        hit = cache.get(own) if cache is not None else None
+        scheme = hit or _module_scheme(qconfig, own, semantics)
+        return ResolvedTensor(name=name, module=own, role=role, scheme=scheme)  # type: ignore[arg-type]
     if suffix in FUSED_EXPERT_PARAMS and module.endswith(".experts"):
         if shape is None or len(shape) == 3:
             if dtype is None or dtype in FLOAT_DTYPES:
@@ -247,7 +258,7 @@ def resolve_catalog(catalog: Catalog, *, semantics: Semantics = "vllm") -> Resol
     qconfig = load_quant_config(catalog.config, catalog.hf_quant_config, where=where)
     table = catalog.table
     patterns = table.patterns()
-    heads, tails = patterns.parts(_fused_params(table, patterns))
+    heads, tails = patterns.parts(_fused_params(table, patterns), _gpt_oss_heads(patterns))
     module_col, suffix_col = heads.ids.astype(np.int32), tails.ids.astype(np.int32)
     module_names, suffixes = heads.texts, tails.texts
     scheme_ids: dict[int, int] = {}  # id(Scheme) -> index into schemes
@@ -317,6 +328,17 @@ def _fused_params(table: TensorTable, patterns: NamePatterns) -> np.ndarray:
             rows = patterns.rows(k)
             found.append(rows[ranks[rows] == 3])
     return np.concatenate(found)
+
+
+def _gpt_oss_heads(patterns: NamePatterns) -> dict[int, int]:
+    """Name patterns of gpt-oss's expert tensors -> the length of their module's name
+    (``X.experts.gate_up_proj_blocks``: ``X.experts.gate_up_proj``)."""
+    out = {}
+    for k, pattern in enumerate(patterns.patterns):
+        split = split_gpt_oss_name(pattern)
+        if split is not None:
+            out[k] = len(split[0])
+    return out
 
 
 def _scheme_groups(

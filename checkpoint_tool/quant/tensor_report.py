@@ -29,7 +29,7 @@ from checkpoint_tool.model.families import loads_fused_experts
 from checkpoint_tool.quant.codecs import codec_for_format
 from checkpoint_tool.quant.codecs.e8m0 import decode_e8m0
 from checkpoint_tool.quant.codecs.fp8 import decode_fp8_e4m3
-from checkpoint_tool.quant.configs.names import non_linear_reason
+from checkpoint_tool.quant.configs.names import non_linear_reason, tensor_name
 from checkpoint_tool.quant.configs.shapes import expected_siblings, logical_shape
 from checkpoint_tool.quant.findings import catalog_findings
 from checkpoint_tool.quant.resolve import FUSED_EXPERT_SUFFIXES, ResolvedCatalog, resolve_catalog
@@ -195,7 +195,7 @@ def _parts(cat: Catalog, rc: ResolvedCatalog, weight: str) -> tuple[dict, dict]:
     parts: dict[str, torch.Tensor] = {"weight": read_tensor(cat, entry)}
     found: dict[str, tuple[str, str, str]] = {}
     for suffix, exp in expected_siblings(scheme, entry.dtype, entry.shape).items():
-        name = f"{t.module}.{suffix}"
+        name = tensor_name(t.module, suffix)
         sib = cat.tensors.get(name)
         if sib is None:
             raise InputError(

@@ -14,7 +14,9 @@
 4. sum the ranks' partial outputs in rank order (the all-reduce of row-parallel down).
 
 ``backend="torch"`` runs the same steps with a per-expert loop on codec-dequantized weights
-(the fallback without Triton, and the GPU baseline of the benchmark).
+(the fallback without Triton, and the GPU baseline of the benchmark). Expert groups with
+biases or the ``swigluoai`` activation (gpt-oss) take that loop on either backend: the grouped
+Triton kernels have neither a bias epilogue nor swigluoai.
 
 Example::
 
@@ -47,7 +49,12 @@ from checkpoint_tool.runtime.reference import (
 from checkpoint_tool.runtime.routing import RoutingConfig
 from checkpoint_tool.runtime.shard import shard_layer
 from checkpoint_tool.runtime.stack import KernelFormat, StackedWeights, stack_projections
-from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
+from checkpoint_tool.runtime.weights import (
+    Activation,
+    ExpertWeights,
+    MoeLayerWeights,
+    Projection,
+)
 
 Backend = Literal["triton", "torch"]
 
@@ -168,7 +175,7 @@ def run_prepared(
         ids = torch.cat([ids, slots.expand(num_tokens, -1)], dim=1)
         weights = torch.cat([weights, gate[:, None].expand(-1, layer.n_fused_shared)], dim=1)
     out = torch.zeros(num_tokens, layer.hidden, dtype=torch.float32, device=x.device)
-    run = _GroupRun(backend, prepared.w8a8, configs, layer.swiglu_limit)
+    run = _GroupRun(backend, prepared.w8a8, configs, layer.swiglu_limit, layer.activation)
     for rank in prepared.ranks:
         out += run(x, rank.routed, ids, weights)
         if rank.shared is not None:
@@ -201,15 +208,19 @@ class _GroupRun:
     w8a8: bool | None
     configs: object | None
     swiglu_limit: float | None
+    activation: Activation = "silu"
 
     def __call__(
         self, x: torch.Tensor, group: ExpertGroup, ids: torch.Tensor, weights: torch.Tensor
     ) -> torch.Tensor:
         """float32 ``[T, H]``: sum over slots of ``weights * expert(x)`` for one expert group."""
-        if self.backend == "torch":
-            return _group_torch(x, group.experts, ids, weights, self.w8a8, self.swiglu_limit)
-        if self.backend != "triton":
+        if self.backend not in ("torch", "triton"):
             raise UsageError(f"unknown backend {self.backend!r} (use 'triton' or 'torch')")
+        loop = self.activation != "silu" or any(ex.has_bias for ex in group.experts)
+        if self.backend == "torch" or loop:
+            return _group_torch(
+                x, group.experts, ids, weights, self.w8a8, self.swiglu_limit, self.activation
+            )
         return _group_triton(x, group, ids, weights, self.configs, self.swiglu_limit)
 
 
@@ -282,6 +293,7 @@ def _group_torch(
     weights: torch.Tensor,
     w8a8: bool | None,
     swiglu_limit: float | None = None,
+    activation: Activation = "silu",
 ) -> torch.Tensor:
     """Per-expert loop on dequantized weights (float32 on CPU, ``x.dtype`` on GPU)."""
     dtype = torch.float32 if x.device.type == "cpu" else x.dtype
@@ -291,10 +303,15 @@ def _group_torch(
         ex = experts[e]
         wg, wu, wd = (dequantize_projection(p).to(x.device, dtype) for p in ex.projections())
         a = _torch_input(x[rows], ex.gate, w8a8, dtype)
-        h = swiglu(a @ wg.t(), a @ wu.t(), swiglu_limit)
-        y = _torch_input(h, ex.down, w8a8, dtype) @ wd.t()
+        g, u = _plus_bias(a @ wg.t(), ex.gate), _plus_bias(a @ wu.t(), ex.up)
+        h = swiglu(g, u, swiglu_limit, activation)
+        y = _plus_bias(_torch_input(h, ex.down, w8a8, dtype) @ wd.t(), ex.down)
         out.index_add_(0, rows, y.float() * weights[rows, slots].unsqueeze(-1))
     return out
+
+
+def _plus_bias(y: torch.Tensor, proj: Projection) -> torch.Tensor:
+    return y if proj.bias is None else y + proj.bias.to(y.device, y.dtype)
 
 
 def _torch_input(

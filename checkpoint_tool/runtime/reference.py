@@ -11,7 +11,8 @@ run weight-only (W4A16), as vLLM does on Hopper.
 
 DeepSeek-V4 layers (``layer.swiglu_limit``) clamp the activation of every expert, routed,
 fused slot and shared alike (``swiglu``); hash-routed layers (``layer.hash_table``) route by
-``input_ids``.
+``input_ids``. gpt-oss layers add each projection's bias (``Projection.bias``), the router's
+bias (``layer.router_bias``) and run ``swigluoai`` (``layer.activation``).
 
 Example::
 
@@ -84,8 +85,10 @@ def moe_reference(
         """float64 ``down(swiglu(gate(a), up(a)))`` of one expert on float32 rows ``a``."""
         wg, wu, wd = (deq(p).double().to(a.device) for p in ex.projections())
         a_in = _activation(a, ex.gate, w8a8)
-        h = swiglu(a_in @ wg.t(), a_in @ wu.t(), layer.swiglu_limit)
-        return _activation(h.float(), ex.down, w8a8) @ wd.t()
+        g = _biased(a_in @ wg.t(), ex.gate)
+        u = _biased(a_in @ wu.t(), ex.up)
+        h = swiglu(g, u, layer.swiglu_limit, layer.activation)
+        return _biased(_activation(h.float(), ex.down, w8a8) @ wd.t(), ex.down)
 
     if topk is None:
         topk = route_layer(x, layer, routing, input_ids)
@@ -118,11 +121,30 @@ def route_layer(
         layer.e_score_correction_bias,
         input_ids=input_ids,
         hash_table=layer.hash_table,
+        router_bias=layer.router_bias,
     )
 
 
-def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float | None = None) -> torch.Tensor:
+#: gpt-oss's swigluoai constants (vLLM ``SwigluOAIAndMul.__init__`` defaults, which
+#: ``gpt_oss.py`` ``MLPBlock`` keeps: it passes only ``activation="swigluoai"``)
+SWIGLUOAI_ALPHA = 1.702
+SWIGLUOAI_LIMIT = 7.0
+
+
+def swiglu(
+    gate: torch.Tensor,
+    up: torch.Tensor,
+    limit: float | None = None,
+    activation: str = "silu",
+) -> torch.Tensor:
     """``silu(gate) * up``; with DeepSeek-V4's ``swiglu_limit`` the inputs are clamped first.
+
+    ``activation="swigluoai"`` (gpt-oss): vLLM 0.33 ``model_executor/layers/activation.py``
+    ``SwigluOAIAndMul.forward_native``: ``gate = clamp(gate, max=limit)``,
+    ``up = clamp(up, -limit, limit)``, ``gate * sigmoid(alpha * gate) * (up + 1)`` with
+    alpha 1.702 and limit 7.0 (``limit`` None: 7.0). Its input is the interleaved
+    ``[g0, u0, g1, u1, ...]`` row order of gpt-oss's ``gate_up_proj`` (``MoEActivation.SWIGLUOAI``,
+    ``fused_moe/activation.py``); here gate and up arrive already apart.
 
     vLLM 0.33 ``model_executor/layers/activation.py`` ``SiluAndMulWithClamp.forward_native``:
     ``gate = clamp(gate, max=limit)``, ``up = clamp(up, -limit, limit)`` (alpha 1, beta 0),
@@ -130,10 +152,22 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, limit: float | None = None) -> 
     as ``swiglu_limit`` to the routed ``FusedMoE`` of ``DeepseekV4MoE`` (shared and routed
     experts both clamp).
     """
+    if activation == "swigluoai":
+        lim = SWIGLUOAI_LIMIT if limit is None else limit
+        gate = gate.clamp(max=lim)
+        up = up.clamp(min=-lim, max=lim)
+        return gate * torch.sigmoid(gate * SWIGLUOAI_ALPHA) * (up + 1)
     if limit is not None:
         gate = gate.clamp(max=limit)
         up = up.clamp(min=-limit, max=limit)
     return torch.nn.functional.silu(gate) * up
+
+
+def _biased(y: torch.Tensor, proj: Projection) -> torch.Tensor:
+    """``y + proj.bias`` (in ``y``'s dtype and device) when the projection has a bias."""
+    if proj.bias is None:
+        return y
+    return y + proj.bias.to(y.device, y.dtype)
 
 
 def _activation(a: torch.Tensor, proj: Projection, w8a8: bool | None) -> torch.Tensor:

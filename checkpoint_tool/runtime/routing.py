@@ -132,14 +132,21 @@ def route(
     *,
     input_ids: torch.Tensor | None = None,
     hash_table: torch.Tensor | None = None,
+    router_bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Choose ``cfg.top_k`` experts per token: ids ``[T, k]`` int64, weights ``[T, k]`` float32.
+
+    ``router_bias`` ``[E]`` is the router linear's own bias, added to the logits (gpt-oss
+    ``mlp.router.bias``: vLLM ``gpt_oss.py`` ``MLPBlock`` builds ``GateLinear(..., bias=True)``),
+    unlike ``correction_bias``, which only steers the choice.
 
     The weights already include ``routed_scaling_factor``. ``hash_table`` ``[vocab, k]`` (a
     DeepSeek-V4 hash layer's ``tid2eid``) picks the experts of token ``input_ids[t]`` instead
     of a top-k; the bias is then unused (vLLM: "hash MoE doesn't use e_score_correction_bias").
     """
     logits = router_logits(x, router_weight)
+    if router_bias is not None:
+        logits = logits + router_bias.float().to(logits.device)
     num_experts = logits.shape[1]
     if cfg.top_k > num_experts:
         raise InputError(f"routing: top_k {cfg.top_k} exceeds the {num_experts} routed experts")

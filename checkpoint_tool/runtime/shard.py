@@ -7,6 +7,11 @@ and ``pad_multiple`` per rank) with zero weights and neutral scales, which is ex
 ``silu(0) * 0 = 0`` and zero columns of down add nothing. Slicing and padding go through the
 codecs (``codec.pad`` / ``codec.slice``), which keep packing and scale groups whole.
 
+Biases (gpt-oss): gate/up biases are sliced and zero padded with their rows; the down bias
+is added once, on rank 0 (zeros elsewhere), as vLLM's ``gpt_oss.py`` ``_load_weights_mxfp4``
+loads ``w2_bias`` ("only load on rank 0 to avoid duplication"). Padded rows stay exact under
+swigluoai too: a zero gate gives ``0 * sigmoid(0) * (0 + 1) = 0``.
+
 Example (MXFP4, I = 96, tp = 2): I padded to 128 (2 ranks x 64, a multiple of 32);
 rank 1 gets gate/up rows 64..127 (32 real + 32 zero) and down columns 64..127.
 """
@@ -14,6 +19,8 @@ rank 1 gets gate/up rows 64..127 (32 real + 32 zero) and down columns 64..127.
 from __future__ import annotations
 
 import math
+
+import torch
 
 from checkpoint_tool.errors import AlignmentError, UsageError
 from checkpoint_tool.quant.codecs import get_codec
@@ -49,10 +56,13 @@ def shard_expert(ex: ExpertWeights, tp: int, rank: int, *, pad_multiple: int = 1
         raise UsageError(f"TP rank {rank} is not in 0..{tp - 1}")
     per_rank = rank_intermediate(ex, tp, pad_multiple=pad_multiple)
     start, stop = rank * per_rank, (rank + 1) * per_rank
+    down = _slice(ex.down, -1, start, stop, tp * per_rank)
+    if down.bias is not None and rank:
+        down = Projection(down.parts, down.scheme, down.name, torch.zeros_like(down.bias))
     return ExpertWeights(
         gate=_slice(ex.gate, -2, start, stop, tp * per_rank),
         up=_slice(ex.up, -2, start, stop, tp * per_rank),
-        down=_slice(ex.down, -1, start, stop, tp * per_rank),
+        down=down,
     )
 
 
@@ -68,7 +78,12 @@ def _slice(proj: Projection, dim: int, start: int, stop: int, padded: int) -> Pr
         raise AlignmentError(
             f"{proj.label}: TP slice [{start}, {stop}) on dim {dim}: {exc}"
         ) from exc
-    return Projection(parts, proj.scheme, proj.name)
+    bias = proj.bias
+    if bias is not None and dim == -2:
+        if padded > size:
+            bias = torch.cat([bias, bias.new_zeros(padded - size)])
+        bias = bias[start:stop]
+    return Projection(parts, proj.scheme, proj.name, bias)
 
 
 def _codec(proj: Projection):  # -> codecs.WeightCodec

@@ -37,12 +37,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.formats import Format, all_formats, format_of
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
+
+#: an expert's gated activation (``reference.swiglu``)
+Activation = Literal["silu", "swigluoai"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class Projection:
     scheme: Scheme
     #: for error messages: the checkpoint module name, e.g. "model.layers.3.mlp.experts.0.up_proj"
     name: str = ""
+    #: the linear's bias ``[out]`` (gpt-oss experts: ``gate_up_proj_bias`` / ``down_proj_bias``)
+    bias: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if "weight" not in self.parts:
@@ -67,6 +73,10 @@ class Projection:
             raise InputError(
                 f"{self.label}: format {self.scheme.format.value} is not supported by the "
                 f"runtime ({runs})"
+            )
+        if self.bias is not None and tuple(self.bias.shape) != (self.out_features,):
+            raise InputError(
+                f"{self.label}: bias shape {tuple(self.bias.shape)} != [out={self.out_features}]"
             )
 
     @property
@@ -102,7 +112,8 @@ class Projection:
 
     def to(self, device: torch.device | str) -> Projection:
         parts = {role: t.to(device) for role, t in self.parts.items()}
-        return Projection(parts, self.scheme, self.name)
+        bias = None if self.bias is None else self.bias.to(device)
+        return Projection(parts, self.scheme, self.name, bias)
 
 
 @dataclass(frozen=True)
@@ -137,6 +148,10 @@ class ExpertWeights:
     def projections(self) -> tuple[Projection, Projection, Projection]:
         return (self.gate, self.up, self.down)
 
+    @property
+    def has_bias(self) -> bool:
+        return any(p.bias is not None for p in self.projections())
+
     def map(self, fn: Callable[[Projection], Projection]) -> ExpertWeights:
         return ExpertWeights(fn(self.gate), fn(self.up), fn(self.down))
 
@@ -159,6 +174,11 @@ class MoeLayerWeights:
     hash_table: torch.Tensor | None = None
     #: DeepSeek-V4 ``swiglu_limit``: gate clamped to <= limit, up to [-limit, limit]
     swiglu_limit: float | None = None
+    #: the experts' activation: ``silu`` (``silu(g) * u``) or gpt-oss's ``swigluoai``
+    #: (``g * sigmoid(1.702 g) * (u + 1)`` on clamped inputs, ``reference.swiglu``)
+    activation: Activation = "silu"
+    #: the router's own bias ``[n_routed]``, added to the logits (gpt-oss ``mlp.router.bias``)
+    router_bias: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         if not self.experts:
@@ -192,6 +212,11 @@ class MoeLayerWeights:
             )
         if self.swiglu_limit is not None and not self.swiglu_limit > 0:
             raise InputError(f"{self.name}: swiglu_limit {self.swiglu_limit} must be > 0")
+        rb = self.router_bias
+        if rb is not None and tuple(rb.shape) != (self.n_routed,):
+            raise InputError(
+                f"{self.name}: router bias shape {tuple(rb.shape)} != [{self.n_routed}]"
+            )
 
     @property
     def n_routed(self) -> int:
@@ -225,6 +250,8 @@ class MoeLayerWeights:
             name=self.name,
             hash_table=self.hash_table,
             swiglu_limit=self.swiglu_limit,
+            activation=self.activation,
+            router_bias=move(self.router_bias),
         )
 
     def with_experts(
@@ -241,4 +268,6 @@ class MoeLayerWeights:
             name=self.name,
             hash_table=self.hash_table,
             swiglu_limit=self.swiglu_limit,
+            activation=self.activation,
+            router_bias=self.router_bias,
         )

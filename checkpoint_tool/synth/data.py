@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import math
 from collections import OrderedDict
 
 import torch
@@ -89,6 +90,8 @@ class DataGenerator:
             return to_bytes(self._codes(spec, src), spec.dtype)
         parts = self._quantized_group(src)[src.member]
         t = parts[src.role]
+        if t.dim() != len(spec.shape) and t.numel() == math.prod(spec.shape):
+            t = t.reshape(spec.shape)  # gpt-oss: [E * R, C/2] laid out [E, R, C/32, 16]
         if tuple(t.shape) != tuple(spec.shape):
             raise ValueError(
                 f"{spec.name}: codec produced shape {tuple(t.shape)}, layout says {spec.shape}"

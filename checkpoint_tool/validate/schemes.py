@@ -130,6 +130,9 @@ def _width_issue(
         return []
     leaf = name.removesuffix(".weight").rsplit(".", 1)[-1]
     fused = proj != "down" and leaf == layer.naming.gate_up_name
+    # gpt-oss: X.experts.gate_up_proj_blocks holds gate and up
+    gpt_oss = layer.naming.fused_3d_weight is not None and layer.naming.routed_layout == "fused_3d"
+    fused = fused or (gpt_oss and proj != "down" and name == layer.routed_weight(0, "gate"))
     got = layer.naming.intermediate_dim(proj, logical, fused_gate_up=fused)
     if got == want:
         return []

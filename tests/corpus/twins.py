@@ -327,7 +327,7 @@ def write_twin(case: dict, size: str, dst: Path, seed: int = 0) -> Path:
     return dst
 
 
-_SCALE_SUFFIXES = (".weight_scale_inv", ".weight_scale", ".scale")
+_SCALE_SUFFIXES = (".weight_scale_inv", ".weight_scale", ".scale", "_scales")  # gpt-oss _scales
 
 
 def tensor_data(t: Tensor, seed: int = 0) -> bytes:

@@ -472,9 +472,68 @@ def ernie45_moe(*, layers: int = 4) -> tuple[dict, Tensors]:
     return config, t
 
 
+def gpt_oss(*, layers: int = 2) -> tuple[dict, Tensors]:
+    """openai/gpt-oss-20b's layout (vLLM ``model_executor/models/gpt_oss.py``): every layer MoE,
+    router ``mlp.router`` with a bias, experts as 3-D MXFP4 ``mlp.experts.gate_up_proj_blocks``
+    U8 ``[E, 2I, H/32, 16]`` (gate/up rows interleaved), ``_scales`` U8 ``[E, 2I, H/32]``,
+    ``_bias`` BF16 ``[E, 2I]`` and the ``down_proj`` triple, attention with biases and
+    ``self_attn.sinks``, ``quant_method: mxfp4`` with ``modules_to_not_convert``."""
+    heads, kv, hd = 4, 2, 32
+    config = {
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        "hidden_size": H,
+        "intermediate_size": INTER,
+        "num_hidden_layers": layers,
+        "num_local_experts": E,
+        "num_experts_per_tok": 2,
+        "experts_per_token": 2,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "head_dim": hd,
+        "swiglu_limit": 7.0,
+        "vocab_size": 128,
+        "quantization_config": {
+            "modules_to_not_convert": [
+                "model.layers.*.self_attn",
+                "model.layers.*.mlp.router",
+                "model.embed_tokens",
+                "lm_head",
+            ],
+            "quant_method": "mxfp4",
+        },
+    }
+    t: Tensors = {
+        "model.embed_tokens.weight": ("BF16", (128, H)),
+        "model.norm.weight": ("BF16", (H,)),
+        "lm_head.weight": ("BF16", (128, H)),
+    }
+    for i in range(layers):
+        base = f"model.layers.{i}"
+        t[f"{base}.input_layernorm.weight"] = ("BF16", (H,))
+        t[f"{base}.post_attention_layernorm.weight"] = ("BF16", (H,))
+        for proj, rows in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
+            t[f"{base}.self_attn.{proj}.weight"] = ("BF16", (rows, H))
+            t[f"{base}.self_attn.{proj}.bias"] = ("BF16", (rows,))
+        t[f"{base}.self_attn.o_proj.weight"] = ("BF16", (H, heads * hd))
+        t[f"{base}.self_attn.o_proj.bias"] = ("BF16", (H,))
+        t[f"{base}.self_attn.sinks"] = ("BF16", (heads,))
+        t[f"{base}.mlp.router.weight"] = ("BF16", (E, H))
+        t[f"{base}.mlp.router.bias"] = ("BF16", (E,))
+        ex = f"{base}.mlp.experts"
+        t[f"{ex}.gate_up_proj_blocks"] = ("U8", (E, 2 * INTER, H // 32, 16))
+        t[f"{ex}.gate_up_proj_scales"] = ("U8", (E, 2 * INTER, H // 32))
+        t[f"{ex}.gate_up_proj_bias"] = ("BF16", (E, 2 * INTER))
+        t[f"{ex}.down_proj_blocks"] = ("U8", (E, H, INTER // 32, 16))
+        t[f"{ex}.down_proj_scales"] = ("U8", (E, H, INTER // 32))
+        t[f"{ex}.down_proj_bias"] = ("BF16", (E, H))
+    return config, t
+
+
 #: family -> a builder of one of its published layouts (families without a synth preset)
 LAYOUTS = {
     "ernie4_5_moe": ernie45_moe,
+    "gpt_oss": gpt_oss,
     "minimax_m3": minimax_m3,
     "llama4": llama4,
     "glm5_next": glm5_next,

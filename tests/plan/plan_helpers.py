@@ -34,7 +34,10 @@ def plan_of(path: Path, **options) -> tuple[Catalog, Plan]:
 def read(cat: Catalog, name: str) -> torch.Tensor:
     entry = cat.tensors[name]
     with safe_open(str(cat.root / entry.file), "pt") as f:
-        return f.get_tensor(name)
+        t = f.get_tensor(name)
+    if name.endswith("_blocks") and t.dim() == 4:  # gpt-oss [E, R, G, 16]: plans see [E, R, G*16]
+        t = t.reshape(*t.shape[:2], -1)
+    return t
 
 
 def _bytes(t: torch.Tensor) -> np.ndarray:

@@ -15,8 +15,8 @@ EXPECTED = {
 }
 #: presets of a model family several recipes cover: Qwen3-MoE matches qwen3.5-moe (its
 #: model_type and architecture are listed there); Qwen2-MoE the generic pass-through (HF names
-#: are what vLLM's qwen2_moe.py loads)
-EXPECTED_BY_PRESET = {"qwen2-moe": "generic", "qwen3-moe": "qwen3.5-moe"}
+#: are what vLLM's qwen2_moe.py loads; gpt-oss's names are what gpt_oss.py loads)
+EXPECTED_BY_PRESET = {"qwen2-moe": "generic", "qwen3-moe": "qwen3.5-moe", "gpt-oss": "generic"}
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))

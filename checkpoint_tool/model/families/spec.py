@@ -204,7 +204,8 @@ class RoutingDefaults(_Data):
     #: the config.json key of the top-k where the model reads its own (ERNIE-4.5: moe_k)
     top_k: str | None = None
     #: whether the model renormalises the chosen weights when config.json has no
-    #: norm_topk_prob (ERNIE-4.5: FusedMoE(renormalize=True)); None: the key's default, False
+    #: norm_topk_prob (ERNIE-4.5: FusedMoE(renormalize=True); gpt-oss: MLPBlock passes
+    #: renormalize=True); None: the key's default, False
     norm_topk_prob: bool | None = None
 
 

@@ -92,7 +92,7 @@ def check_tp(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFindi
                 out.append(rules["tp_fp8_block_gate_up"].finding(layers=layers, block_n=rows, **p))
             if tp > 1 and per_rank % cols and "tp_fp8_block_down" in rules:
                 out.append(rules["tp_fp8_block_down"].finding(layers=layers, block_k=cols, **p))
-        if fmt in (WeightFormat.MXFP4, WeightFormat.NVFP4):
+        if fmt in (WeightFormat.MXFP4, WeightFormat.NVFP4) and not _gpt_oss_split(ctx):
             if per_rank % cols and "tp_fp4_group_split" in rules:
                 pad_to = round_up(size, tp * cols)
                 out.append(
@@ -110,6 +110,16 @@ def check_tp(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFindi
     if "tp_fp8_block_shared_linear" in rules:
         out += _shared_fp8_block(ctx, rules["tp_fp8_block_shared_linear"])
     return out
+
+
+def _gpt_oss_split(ctx: EngineContext) -> bool:
+    """gpt-oss's MXFP4 loader splits by whole scale groups itself: each rank takes
+    ``cdiv(I / 32, tp)`` groups, the last rank fewer (``gpt_oss.py`` ``_load_weights_mxfp4``:
+    ``per_rank_intermediate_size_block = cdiv(intermediate_size_block, tp_size)``), so no
+    split falls inside a group."""
+    from checkpoint_tool.quant.configs import GptOssMxfp4Config
+
+    return isinstance(ctx.qconfig, GptOssMxfp4Config)
 
 
 def _fp8_refines(ctx: EngineContext, block: tuple[int, int], per_rank: int) -> bool:

@@ -18,13 +18,14 @@ from checkpoint_tool.errors import InputError
 from checkpoint_tool.quant.configs import (
     DeepSeekFp8Config,
     DeepSeekV4Config,
+    GptOssMxfp4Config,
     ModelOptConfig,
     NoQuantConfig,
     QuantConfig,
     QuarkConfig,
 )
 
-SUPPORTED_METHODS = ("fp8", "quark", "modelopt", "deepseek_v4_fp8")
+SUPPORTED_METHODS = ("fp8", "quark", "modelopt", "deepseek_v4_fp8", "mxfp4 (gpt-oss)")
 
 
 def load_quant_config(
@@ -65,6 +66,10 @@ def _load(config: dict, hf_quant: dict | None, where: str) -> QuantConfig:
         return QuarkConfig.model_validate(qc)
     if method == "modelopt":
         return ModelOptConfig.from_inline(qc)
+    # vLLM takes mxfp4 as gpt-oss's only for model_type gpt_oss (quantization/mxfp4.py
+    # GptOssMxfp4Config.override_quantization_method)
+    if method in ("mxfp4", "gpt_oss_mxfp4") and config.get("model_type") == "gpt_oss":
+        return GptOssMxfp4Config.model_validate(qc)
     raise InputError(
         f"{where}: quantization_config.quant_method {qc.get('quant_method')!r} is not supported; "
         f"ckpt reads {', '.join(SUPPORTED_METHODS)}"

@@ -53,15 +53,48 @@ _NON_LINEAR_LAST = {
 }
 
 
+#: gpt-oss's 3-D expert parameters (``X.experts.gate_up_proj``) and the suffixes of their
+#: stored tensors, joined with ``_``: ``X.experts.gate_up_proj_blocks`` -> its role
+GPT_OSS_PARAMS = ("gate_up_proj", "down_proj")
+GPT_OSS_SUFFIXES = {"blocks": "weight", "scales": "scale", "bias": "bias"}
+
+
 def split_tensor_name(name: str) -> tuple[str, str]:
     """Module and parameter suffix of a tensor name.
 
     ``"model.layers.3.mlp.experts.0.gate_proj.weight_scale_inv"`` ->
     ``("model.layers.3.mlp.experts.0.gate_proj", "weight_scale_inv")``; a name without a dot
-    is its own suffix with an empty module.
+    is its own suffix with an empty module. gpt-oss's expert tensors split at their ``_``:
+    ``"model.layers.0.mlp.experts.down_proj_scales"`` ->
+    ``("model.layers.0.mlp.experts.down_proj", "scales")``.
     """
     module, _, suffix = name.rpartition(".")
+    if module.endswith(".experts") and "_" in suffix:
+        param, _, kind = suffix.rpartition("_")
+        if param in GPT_OSS_PARAMS and kind in GPT_OSS_SUFFIXES:
+            return f"{module}.{param}", kind
     return module, suffix
+
+
+def split_gpt_oss_name(name: str) -> tuple[str, str] | None:
+    """``(module, role)`` of a gpt-oss expert tensor, else None.
+
+    ``"model.layers.0.mlp.experts.down_proj_scales"`` ->
+    ``("model.layers.0.mlp.experts.down_proj", "scale")``.
+    """
+    module, suffix = split_tensor_name(name)
+    if suffix in GPT_OSS_SUFFIXES and module.rpartition(".")[2] in GPT_OSS_PARAMS:
+        return module, GPT_OSS_SUFFIXES[suffix]
+    return None
+
+
+def tensor_name(module: str, suffix: str) -> str:
+    """The name of ``module``'s ``suffix`` tensor: ``{module}.{suffix}``, gpt-oss's expert
+    parameters ``{module}_{suffix}`` (``X.experts.gate_up_proj`` + ``scales``)."""
+    head, _, leaf = module.rpartition(".")
+    if suffix in GPT_OSS_SUFFIXES and leaf in GPT_OSS_PARAMS and head.endswith(".experts"):
+        return f"{module}_{suffix}"
+    return f"{module}.{suffix}"
 
 
 def expert_parts(module: str) -> tuple[str, int, str] | None:

@@ -28,6 +28,7 @@ from checkpoint_tool.synth.dims import (
 )
 from checkpoint_tool.synth.expand import expand
 from checkpoint_tool.synth.families.deepseek_v4 import deepseek_v4_config, deepseek_v4_items
+from checkpoint_tool.synth.families.gpt_oss import GPT_OSS_FULL, GPT_OSS_TINY, build_gpt_oss
 from checkpoint_tool.synth.families.qwen3_5_moe import qwen3_5_moe_config, qwen3_5_moe_items
 from checkpoint_tool.synth.families.qwen_moe import qwen_moe_config, qwen_moe_items
 from checkpoint_tool.synth.layout import Linear, Plain, SynthLayout
@@ -95,6 +96,16 @@ def build_qwen_moe(d: Dims, opts: PresetOptions, *, version: int) -> SynthLayout
 
 
 OTHER_PRESETS = [
+    PresetSpec(
+        name="gpt-oss",
+        summary="gpt-oss native MXFP4: 3-D experts gate_up_proj_blocks [E, 2I, H/32, 16] + "
+        "_scales + _bias (interleaved gate/up), router and attention biases, sinks",
+        family="gpt_oss",
+        producer="openai",
+        tiny=GPT_OSS_TINY,
+        full=GPT_OSS_FULL,
+        build=build_gpt_oss,
+    ),
     PresetSpec(
         name="deepseek-v4",
         summary="DeepSeek-V4 native: FP4 experts (I8 + F8_E8M0 .scale), FP8 ue8m0 linears, "
