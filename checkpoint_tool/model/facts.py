@@ -63,6 +63,9 @@ class ExpertNaming(BaseModel):
     #: the shared expert's own leaf names where they differ from the routed ones (MiniMax-M3:
     #: routed ``experts.E.w1``, shared ``shared_experts.gate_proj``); None: ``proj_names``
     shared_proj_names: dict[str, str] | None = None
+    #: parameter suffix of the routed experts' stored weight: ``weight``, or ``weight_packed``
+    #: (compressed-tensors ``pack-quantized`` / ``nvfp4-pack-quantized``)
+    weight_suffix: str = "weight"
 
     def inter_axis(self, proj: str, *, three_d: bool = False) -> int:
         """The axis of a stored weight holding the intermediate size: gate/up are
@@ -139,7 +142,7 @@ class MoeLayerFacts(BaseModel):
         if self.naming.routed_layout == "fused_3d":
             leaf = self.proj_name("down") if proj == "down" else self.naming.gate_up_name
             return f"{self.routed_prefix}.{leaf}"
-        return f"{self.routed_module(e, proj)}.weight"
+        return f"{self.routed_module(e, proj)}.{self.naming.weight_suffix}"
 
     def shared_module(self, proj: Proj, j: int | None = None) -> str:
         """Module of the shared expert projection; ``j`` only for indexed shared experts.

@@ -37,7 +37,15 @@ if TYPE_CHECKING:
     from checkpoint_tool.catalog.table import TensorTable
 
 #: the roles by code (the ``role`` column); ``ROLE_CODES[role]`` is the code
-ROLES: tuple[Role, ...] = ("weight", "scale", "global_scale", "input_scale", "bias", "other")
+ROLES: tuple[Role, ...] = (
+    "weight",
+    "scale",
+    "global_scale",
+    "input_scale",
+    "bias",
+    "other",
+    "zero_point",
+)
 ROLE_CODES: dict[str, int] = {role: code for code, role in enumerate(ROLES)}
 
 

@@ -31,6 +31,7 @@ class WeightFormat(str, Enum):
     MXFP4 = "mxfp4"
     NVFP4 = "nvfp4"
     MXFP8 = "mxfp8"
+    INT4 = "int4"  # compressed-tensors pack-quantized: 8 int4 values per I32 along the input
     UNSUPPORTED = "unsupported"  # recognised config, no codec (int4, fp6, ...)
 
 
@@ -66,6 +67,15 @@ class Scheme(BaseModel):
     rule: str = ""
     #: the raw producer spec (Quark dict / list) used for equality between routed and shared
     spec: Any = None
+    #: parameter suffix of the stored weight: ``weight``, or compressed-tensors' packed
+    #: formats' ``weight_packed``
+    weight_suffix: str = "weight"
+    #: packed zero points of an asymmetric integer weight (compressed-tensors
+    #: ``weight_zero_point``), None when symmetric
+    zero_point_suffix: str | None = None
+    #: the global scale divides (compressed-tensors NVFP4 ``weight_global_scale`` is
+    #: ``1 / weight_scale_2`` of ModelOpt); False: it multiplies
+    global_scale_divides: bool = False
 
     @property
     def quantized(self) -> bool:
@@ -78,7 +88,7 @@ class Scheme(BaseModel):
         in a key that does not change the bytes).
 
         Example: ``mxfp4_scheme(source="quark", rule="...").storage_identity()`` ->
-        ``(WeightFormat.MXFP4, ('U8',), None, 32, True, ('U8',))``
+        ``(WeightFormat.MXFP4, ('U8',), None, 32, True, ('U8',), False, False)``
         """
         return (
             self.format,
@@ -87,6 +97,8 @@ class Scheme(BaseModel):
             self.group_size,
             self.scale_is_e8m0,
             self.scale_dtypes,
+            self.zero_point_suffix is not None,
+            self.global_scale_divides,
         )
 
     @cached_property
@@ -108,6 +120,8 @@ class Scheme(BaseModel):
             self.scale_suffix,
             self.global_scale_suffix,
             self.input_scale_suffix,
+            self.weight_suffix,
+            self.zero_point_suffix,
             repr(self.spec),
         )
 
@@ -120,7 +134,12 @@ class Scheme(BaseModel):
     def scale_names(self, module: str) -> list[str]:
         """Names of the sibling tensors this scheme expects next to ``module.weight``."""
         out = []
-        for suffix in (self.scale_suffix, self.global_scale_suffix, self.input_scale_suffix):
+        for suffix in (
+            self.scale_suffix,
+            self.global_scale_suffix,
+            self.input_scale_suffix,
+            self.zero_point_suffix,
+        ):
             if suffix:
                 out.append(f"{module}.{suffix}")
         return out
@@ -133,6 +152,7 @@ class Scheme(BaseModel):
             WeightFormat.MXFP4,
             WeightFormat.NVFP4,
             WeightFormat.MXFP8,
+            WeightFormat.INT4,
         ):
             return f"{self.format.value}/{self.group_size}"
         return self.format.value

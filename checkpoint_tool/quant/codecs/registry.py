@@ -16,6 +16,7 @@ from typing import Any
 from checkpoint_tool.quant.codecs.base import BaseCodec
 from checkpoint_tool.quant.codecs.fp8_block import Fp8BlockCodec
 from checkpoint_tool.quant.codecs.fp8_scaled import Fp8ChannelCodec, Fp8TensorCodec
+from checkpoint_tool.quant.codecs.int4 import Int4Codec
 from checkpoint_tool.quant.codecs.mxfp4 import MxFp4Codec
 from checkpoint_tool.quant.codecs.mxfp8 import MxFp8Codec
 from checkpoint_tool.quant.codecs.nvfp4 import NvFp4Codec
@@ -31,6 +32,7 @@ CODECS: dict[WeightFormat, type[BaseCodec]] = {
     WeightFormat.MXFP4: MxFp4Codec,
     WeightFormat.MXFP8: MxFp8Codec,
     WeightFormat.NVFP4: NvFp4Codec,
+    WeightFormat.INT4: Int4Codec,
 }
 
 

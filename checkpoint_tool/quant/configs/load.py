@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.quant.configs import (
+    CompressedTensorsConfig,
     DeepSeekFp8Config,
     DeepSeekV4Config,
     ModelOptConfig,
@@ -24,7 +25,7 @@ from checkpoint_tool.quant.configs import (
     QuarkConfig,
 )
 
-SUPPORTED_METHODS = ("fp8", "quark", "modelopt", "deepseek_v4_fp8")
+SUPPORTED_METHODS = ("fp8", "quark", "modelopt", "deepseek_v4_fp8", "compressed-tensors")
 
 
 def load_quant_config(
@@ -65,6 +66,8 @@ def _load(config: dict, hf_quant: dict | None, where: str) -> QuantConfig:
         return QuarkConfig.model_validate(qc)
     if method == "modelopt":
         return ModelOptConfig.from_inline(qc)
+    if method == "compressed-tensors":
+        return CompressedTensorsConfig.from_config(qc, config)
     raise InputError(
         f"{where}: quantization_config.quant_method {qc.get('quant_method')!r} is not supported; "
         f"ckpt reads {', '.join(SUPPORTED_METHODS)}"

@@ -19,6 +19,7 @@ from checkpoint_tool.errors import InputError
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 from checkpoint_tool.quant.storage.base import Axis, Shape, StorageFormat
 from checkpoint_tool.quant.storage.dtypes import is_e8m0_dtype, is_float_dtype
+from checkpoint_tool.quant.storage.int4 import Int4Storage
 
 MX_SCALE_MODES = ("even", "floor")
 
@@ -198,8 +199,12 @@ class NvFp4Storage(GroupedStorage):
     weight_pack = 2
     scale_dtype_error = "nvfp4: scales are E4M3 (F8_E4M3), not {dtype}"
 
-    def __init__(self, group_size: int = 16, scale_dtype: str = "F8_E4M3") -> None:
+    def __init__(
+        self, group_size: int = 16, scale_dtype: str = "F8_E4M3", global_divides: bool = False
+    ) -> None:
         super().__init__(group_size, scale_dtype)
+        #: compressed-tensors' ``weight_global_scale`` divides (ModelOpt's multiplies)
+        self.global_divides = bool(global_divides)
 
     def scale_dtype_ok(self, dtype: str) -> bool:
         return dtype in ("F8_E4M3", "U8")  # E4M3 bytes, or the same bytes as U8
@@ -209,6 +214,10 @@ class NvFp4Storage(GroupedStorage):
 
     def role_ndim(self, role: str, ndim: int) -> int:
         return ndim - 2 if role == "global_scale" else ndim
+
+    def accepted_shapes(self, role: str, want: Shape) -> list[Shape]:
+        """A global scale is 0-d (ModelOpt) or ``[1]`` (compressed-tensors) per matrix."""
+        return [want, (*want, 1)] if role == "global_scale" else [want]
 
 
 #: the storage class of each format; ``quant.codecs`` passes its own table (same arguments)
@@ -220,6 +229,7 @@ STORAGE_FORMATS: dict[WeightFormat, type[StorageFormat]] = {
     WeightFormat.MXFP4: MxFp4Storage,
     WeightFormat.MXFP8: MxFp8Storage,
     WeightFormat.NVFP4: NvFp4Storage,
+    WeightFormat.INT4: Int4Storage,
 }
 
 
@@ -232,6 +242,8 @@ def storage_for_format(
     scale_is_e8m0: bool = False,
     weight_dtype: str | None = None,
     scale_mode: str | None = None,
+    symmetric: bool = True,
+    global_scale_divides: bool = False,
     classes: Mapping[WeightFormat, type[Any]] = STORAGE_FORMATS,
 ) -> StorageFormat:
     """An instance of ``classes[fmt]`` with defaults for anything not given.
@@ -239,6 +251,8 @@ def storage_for_format(
     Defaults: block (128, 128); groups 32 (MX) / 16 (NVFP4); scales F32 (FP8), U8 (MX),
     F8_E4M3 (NVFP4); MX scale mode "even"; unquantized weight dtype BF16.
     ``scale_is_e8m0`` makes FP8 block scales powers of two (DeepSeek ``scale_fmt: ue8m0``).
+    INT4 (compressed-tensors): group 32, scales BF16, ``symmetric`` unless zero points are
+    stored. NVFP4: ``global_scale_divides`` for compressed-tensors' ``weight_global_scale``.
     """
     fmt = WeightFormat(fmt)
     cls = classes.get(fmt)
@@ -255,7 +269,9 @@ def storage_for_format(
         return cls((int(b[0]), int(b[1])), scale_dtype or "F32", e8m0=scale_is_e8m0)
     if fmt in (WeightFormat.MXFP4, WeightFormat.MXFP8):
         return cls(group_size or 32, scale_dtype or "U8", scale_mode or "even")
-    return cls(group_size or 16, scale_dtype or "F8_E4M3")  # NVFP4
+    if fmt is WeightFormat.INT4:
+        return cls(group_size or 32, scale_dtype or "BF16", symmetric)
+    return cls(group_size or 16, scale_dtype or "F8_E4M3", global_scale_divides)  # NVFP4
 
 
 def scheme_arguments(scheme: Scheme) -> dict[str, Any]:
@@ -273,6 +289,8 @@ def scheme_arguments(scheme: Scheme) -> dict[str, Any]:
         "scale_is_e8m0": scheme.scale_is_e8m0,
         "weight_dtype": _first(scheme.weight_dtypes) if not scheme.quantized else None,
         "scale_mode": _scale_mode(scheme.spec),
+        "symmetric": scheme.zero_point_suffix is None,
+        "global_scale_divides": scheme.global_scale_divides,
     }
 
 
@@ -291,7 +309,12 @@ def scheme_alignment(scheme: Scheme, dim: int) -> int:
     """
     if scheme.format is WeightFormat.UNSUPPORTED:
         return 1
-    storage = storage_for_format(scheme.format, block=scheme.block, group_size=scheme.group_size)
+    storage = storage_for_format(
+        scheme.format,
+        block=scheme.block,
+        group_size=scheme.group_size,
+        symmetric=scheme.zero_point_suffix is None,
+    )
     return storage.alignment(dim, (1, 1))
 
 
