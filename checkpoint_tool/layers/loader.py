@@ -150,7 +150,9 @@ class CheckpointView(ConfigView):
 
     def projection(self, module: str, weight: str | None = None) -> Projection:
         """One linear by module name: weight, scale, NVFP4 global scale; scheme resolved."""
-        weight = weight or f"{module}.weight"
+        if weight is None:
+            packed = f"{module}.weight_packed"  # compressed-tensors
+            weight = packed if packed in self.catalog.tensors else f"{module}.weight"
         scheme = self.scheme(weight) if weight in self.catalog.tensors else None
         if scheme is None:
             raise InputError(f"{self.where}: expert weight {weight!r} is missing")
@@ -167,6 +169,11 @@ class CheckpointView(ConfigView):
                         module, siblings, scheme.global_scale_suffix, _GLOBAL_SUFFIXES, scheme
                     ),
                     f"{scheme.short()} global scale",
+                )
+            if scheme.zero_point_suffix:
+                parts["zero_point"] = self.read(
+                    self._sibling(module, siblings, scheme.zero_point_suffix, (), scheme),
+                    f"{scheme.short()} zero point",
                 )
         return Projection(parts, scheme, module)
 

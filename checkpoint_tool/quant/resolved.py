@@ -149,11 +149,13 @@ class ResolvedColumns:
         return out
 
     def weight_rows(self) -> np.ndarray:
-        """Per module number, the row of its ``weight`` tensor (-1: it has none)."""
+        """Per module number, the row of its ``weight`` tensor (compressed-tensors:
+        ``weight_packed``; -1: it has none)."""
         out = np.full(len(self.module_names), -1, np.int64)
-        if "weight" in self.suffixes:
-            rows = np.flatnonzero(self.suffix == self.suffixes.index("weight"))
-            out[self.module[rows]] = rows
+        for suffix in ("weight_packed", "weight"):
+            if suffix in self.suffixes:
+                rows = np.flatnonzero(self.suffix == self.suffixes.index(suffix))
+                out[self.module[rows]] = rows
         return out
 
     def rows_by_module(self) -> Iterator[tuple[str, np.ndarray]]:

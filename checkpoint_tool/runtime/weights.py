@@ -53,7 +53,10 @@ RUNTIME_FORMATS = (
     WeightFormat.FP8_PER_TENSOR,
     WeightFormat.MXFP4,
     WeightFormat.NVFP4,
+    WeightFormat.INT4,
 )
+#: logical input values per stored weight element, by format (INT4: eight per I32 word)
+PACKING = {WeightFormat.MXFP4: 2, WeightFormat.NVFP4: 2, WeightFormat.INT4: 8}
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ class Projection:
         if self.scheme.format not in RUNTIME_FORMATS:
             raise InputError(
                 f"{self.label}: format {self.scheme.format.value} is not supported by the "
-                "runtime (bf16/f16/f32, fp8 block/channel/tensor, mxfp4, nvfp4)"
+                "runtime (bf16/f16/f32, fp8 block/channel/tensor, mxfp4, nvfp4, int4)"
             )
 
     @property
@@ -97,9 +100,8 @@ class Projection:
 
     @property
     def in_features(self) -> int:
-        """Logical input width (two FP4 values per stored byte)."""
-        packing = 2 if self.format in FP4_FORMATS else 1
-        return int(self.weight.shape[1]) * packing
+        """Logical input width (two FP4 values per stored byte, eight INT4 per I32 word)."""
+        return int(self.weight.shape[1]) * PACKING.get(self.format, 1)
 
     @property
     def logical_shape(self) -> tuple[int, int]:
