@@ -30,7 +30,8 @@ class Part:
 
     ``shape`` kinds: ``full`` [out, in], ``packed`` [out, in/2], ``group:N`` [out, in/N],
     ``block:N`` [ceil(out/N), ceil(in/N)], ``rows`` [out], ``scalar`` []; compressed-tensors'
-    ``pack8`` [out, in/8] (I32 words), ``rows1`` [out, 1], ``one`` [1], ``pair`` [2].
+    ``pack8`` [out, in/8] (I32 words), ``cgroup:N`` [out, ceil(in/N)], ``rows1`` [out, 1],
+    ``one`` [1], ``pair`` [2].
     """
 
     role: str
@@ -52,6 +53,8 @@ class Part:
             return (out,)
         if kind == "scalar":
             return ()
+        if kind == "cgroup":  # a partial last group has its own scale
+            return (out, _ceil(inp, int(arg)))
         if kind == "pack8":
             return (out, inp // 8)
         if kind == "rows1":
@@ -200,12 +203,12 @@ CT_ENCODINGS = {
                 WeightFormat.INT4,
                 [
                     Part("weight", "weight_packed", "I32", "pack8"),
-                    Part("scale", "weight_scale", "BF16", f"group:{g}"),
+                    Part("scale", "weight_scale", "BF16", f"cgroup:{g}"),
                     Part("shape", "weight_shape", "I64", "pair"),
                 ],
                 group_size=g,
                 scale_dtype="BF16",
-                in_multiple=g,
+                in_multiple=8,  # whole words; a partial last group has its own scale
             )
             for g in (32, 128)
         ),
