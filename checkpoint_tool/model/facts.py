@@ -15,9 +15,9 @@ Example (DeepSeek-R1, layer 3)::
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 Proj = Literal["gate", "up", "down"]
 PROJS: tuple[Proj, ...] = ("gate", "up", "down")
@@ -66,6 +66,15 @@ class ExpertNaming(BaseModel):
     #: parameter suffix of the routed experts' stored weight: ``weight``, or ``weight_packed``
     #: (compressed-tensors ``pack-quantized`` / ``nvfp4-pack-quantized``)
     weight_suffix: str = "weight"
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        """The default ``weight_suffix`` is left out of dumps (the facts of every checkpoint
+        without packed weights read as before it existed)."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("weight_suffix") == "weight":
+            del data["weight_suffix"]
+        return data
 
     def inter_axis(self, proj: str, *, three_d: bool = False) -> int:
         """The axis of a stored weight holding the intermediate size: gate/up are

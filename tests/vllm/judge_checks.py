@@ -145,6 +145,10 @@ def _partition(name: str, meta: dict, ndim: int) -> tuple[int | None, bool]:
         return (int(dim), False) if ndim > 2 and dim is not None else (None, False)
     if kind == "replicated" or (kind == "other" and "mla_attn" in name):
         return None, False
+    if kind == "other" and leaf in ("k_scale", "v_scale", "q_scale", "prob_scale"):
+        # KV-cache / attention scales (compressed-tensors' CompressedTensorsKVCacheMethod):
+        # one scalar per attention layer, whole on every rank
+        return None, False
     if kind == "other" and leaf == "attn_sink":
         # DeepSeek-V4: one sink per attention head, split by head (head_rank_start:end in
         # models/deepseek_v4/cpu/model.py load_weights)
