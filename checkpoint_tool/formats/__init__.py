@@ -19,6 +19,7 @@ Example::
 from checkpoint_tool.formats.base import Format, Options, SynthPart
 from checkpoint_tool.formats.fp8_block import Fp8Block
 from checkpoint_tool.formats.fp8_scaled import Fp8PerChannel, Fp8PerTensor
+from checkpoint_tool.formats.int4 import Int4
 from checkpoint_tool.formats.mxfp4 import MxFp4
 from checkpoint_tool.formats.mxfp8 import MxFp8
 from checkpoint_tool.formats.nvfp4 import NvFp4
@@ -35,6 +36,7 @@ for _fmt in (
     MxFp4(),
     NvFp4(),
     MxFp8(),
+    Int4(),
     Unsupported(),
 ):
     register(_fmt)

@@ -62,6 +62,10 @@ class Options:
     scale_is_e8m0: bool = False
     weight_dtype: str | None = None
     scale_mode: str | None = None
+    #: INT4: no zero points stored (compressed-tensors ``symmetric: true``)
+    symmetric: bool = True
+    #: NVFP4: the global scale divides (compressed-tensors ``weight_global_scale``)
+    global_scale_divides: bool = False
 
     @classmethod
     def of(cls, scheme: Scheme) -> Options:
@@ -73,6 +77,8 @@ class Options:
             scale_is_e8m0=scheme.scale_is_e8m0,
             weight_dtype=_first(scheme.weight_dtypes) if not scheme.quantized else None,
             scale_mode=_scale_mode(scheme.spec),
+            symmetric=scheme.zero_point_suffix is None,
+            global_scale_divides=scheme.global_scale_divides,
         )
 
 

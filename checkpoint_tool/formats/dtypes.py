@@ -26,6 +26,8 @@ ELEMENT_SIZE: dict[str, int] = {
     "BF16": 2,
     "F16": 2,
     "F32": 4,
+    "I32": 4,  # compressed-tensors packed int4 words and zero points
+    "I64": 8,  # compressed-tensors weight_shape
 }
 
 _FLOAT_DTYPES = {"BF16", "F16", "F32"}

@@ -22,4 +22,5 @@ class WeightFormat(str, Enum):
     MXFP4 = "mxfp4"
     NVFP4 = "nvfp4"
     MXFP8 = "mxfp8"
-    UNSUPPORTED = "unsupported"  # recognised config, no codec (int4, fp6, ...)
+    INT4 = "int4"  # compressed-tensors pack-quantized: 8 int4 values per I32 along the input
+    UNSUPPORTED = "unsupported"  # recognised config, no codec (fp6, int8, ...)

@@ -1,5 +1,6 @@
 """``nvfp4``: E2M1 values packed two per byte, an E4M3 scale per 16 inputs and an F32 global
-multiplier per matrix (``weight_scale_2``; Quark and ModelOpt).
+multiplier per matrix (``weight_scale_2``; Quark and ModelOpt), or its reciprocal
+``weight_global_scale`` ``[1]`` (compressed-tensors: ``global_divides``).
 
 Example (logical ``[4, 64]``)::
 
@@ -14,6 +15,7 @@ from typing import Any
 from checkpoint_tool.formats.base import Options
 from checkpoint_tool.formats.grouped import Grouped, GroupedStorage
 from checkpoint_tool.formats.names import WeightFormat
+from checkpoint_tool.formats.storage import Shape
 
 
 class NvFp4Storage(GroupedStorage):
@@ -24,8 +26,12 @@ class NvFp4Storage(GroupedStorage):
     weight_pack = 2
     scale_dtype_error = "nvfp4: scales are E4M3 (F8_E4M3), not {dtype}"
 
-    def __init__(self, group_size: int = 16, scale_dtype: str = "F8_E4M3") -> None:
+    def __init__(
+        self, group_size: int = 16, scale_dtype: str = "F8_E4M3", global_divides: bool = False
+    ) -> None:
         super().__init__(group_size, scale_dtype)
+        #: compressed-tensors' ``weight_global_scale`` divides (ModelOpt's multiplies)
+        self.global_divides = bool(global_divides)
 
     def scale_dtype_ok(self, dtype: str) -> bool:
         return dtype in ("F8_E4M3", "U8")  # E4M3 bytes, or the same bytes as U8
@@ -35,6 +41,10 @@ class NvFp4Storage(GroupedStorage):
 
     def role_ndim(self, role: str, ndim: int) -> int:
         return ndim - 2 if role == "global_scale" else ndim
+
+    def accepted_shapes(self, role: str, want: Shape) -> list[Shape]:
+        """A global scale is 0-d (ModelOpt) or ``[1]`` (compressed-tensors) per matrix."""
+        return [want, (*want, 1)] if role == "global_scale" else [want]
 
 
 class NvFp4(Grouped):
@@ -51,4 +61,8 @@ class NvFp4(Grouped):
     shares_global_scale = True
 
     def build(self, cls: type[Any], options: Options) -> Any:
-        return cls(options.group_size or 16, options.scale_dtype or "F8_E4M3")
+        return cls(
+            options.group_size or 16,
+            options.scale_dtype or "F8_E4M3",
+            options.global_scale_divides,
+        )

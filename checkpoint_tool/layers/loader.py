@@ -155,9 +155,11 @@ class CheckpointView(ConfigView):
     def projection(
         self, module: str, weight: str | None = None, device: Device = None
     ) -> Projection:
-        """One linear by module name: weight, scale, NVFP4 global scale; scheme resolved;
-        its tensors on ``device`` (None: the CPU)."""
-        weight = weight or f"{module}.weight"
+        """One linear by module name: weight, scale, NVFP4 global scale, INT4 zero points;
+        scheme resolved; its tensors on ``device`` (None: the CPU)."""
+        if weight is None:
+            packed = f"{module}.weight_packed"  # compressed-tensors
+            weight = packed if packed in self.catalog.tensors else f"{module}.weight"
         scheme = self.scheme(weight) if weight in self.catalog.tensors else None
         if scheme is None:
             raise InputError(f"{self.where}: expert weight {weight!r} is missing")
@@ -175,6 +177,12 @@ class CheckpointView(ConfigView):
                         module, siblings, scheme.global_scale_suffix, _GLOBAL_SUFFIXES, scheme
                     ),
                     f"{scheme.short()} global scale",
+                    device,
+                )
+            if scheme.zero_point_suffix:
+                parts["zero_point"] = self.read(
+                    self._sibling(module, siblings, scheme.zero_point_suffix, (), scheme),
+                    f"{scheme.short()} zero point",
                     device,
                 )
         return Projection(parts, scheme, module)

@@ -15,9 +15,9 @@ Example (DeepSeek-R1, layer 3)::
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 Proj = Literal["gate", "up", "down"]
 PROJS: tuple[Proj, ...] = ("gate", "up", "down")
@@ -71,6 +71,18 @@ class ExpertNaming(BaseModel):
     #: the shared expert's own leaf names where they differ from the routed ones (MiniMax-M3:
     #: routed ``experts.E.w1``, shared ``shared_experts.gate_proj``); None: ``proj_names``
     shared_proj_names: dict[str, str] | None = None
+    #: parameter suffix of the routed experts' stored weight: ``weight``, or ``weight_packed``
+    #: (compressed-tensors ``pack-quantized`` / ``nvfp4-pack-quantized``)
+    weight_suffix: str = "weight"
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: Any) -> Any:
+        """The default ``weight_suffix`` is left out of dumps (the facts of every checkpoint
+        without packed weights read as before it existed)."""
+        data = handler(self)
+        if isinstance(data, dict) and data.get("weight_suffix") == "weight":
+            del data["weight_suffix"]
+        return data
 
     def inter_axis(self, proj: str, *, three_d: bool = False) -> int:
         """The axis of a stored weight holding the intermediate size: gate/up are
@@ -148,7 +160,7 @@ class MoeLayerFacts(BaseModel):
             leaf = self.proj_name("down") if proj == "down" else self.naming.gate_up_name
             suffix = self.naming.fused_3d_weight
             return f"{self.routed_prefix}.{leaf}" + (f"_{suffix}" if suffix else "")
-        return f"{self.routed_module(e, proj)}.weight"
+        return f"{self.routed_module(e, proj)}.{self.naming.weight_suffix}"
 
     def fused_3d_param(self, proj: Proj) -> str:
         """The module of a 3-D fused expert parameter: ``{prefix}.experts.gate_up_proj`` (its

@@ -21,6 +21,8 @@ from collections.abc import Collection, Iterable
 from checkpoint_tool.model.facts import HF_PROJ_NAMES, W_PROJ_NAMES, ExpertNaming
 
 SHARED_NAMES = ("shared_experts", "shared_expert")
+#: compressed-tensors' packed weight suffix
+PACKED_WEIGHT = "weight_packed"
 _SPELLINGS: tuple[dict[str, str], ...] = (HF_PROJ_NAMES, W_PROJ_NAMES)
 
 
@@ -31,6 +33,11 @@ def detect_naming(prefix: str, names: Collection[str], default: ExpertNaming) ->
     for spelling in _SPELLINGS:
         if f"{routed}.0.{spelling['gate']}.weight" in names:
             fields.update(proj_names=dict(spelling), routed_layout="per_expert")
+            break
+        if f"{routed}.0.{spelling['gate']}.{PACKED_WEIGHT}" in names:  # compressed-tensors
+            fields.update(
+                proj_names=dict(spelling), routed_layout="per_expert", weight_suffix=PACKED_WEIGHT
+            )
             break
     else:
         if f"{routed}.0.gate_up_proj.weight" in names:
@@ -61,6 +68,11 @@ def detect_naming(prefix: str, names: Collection[str], default: ExpertNaming) ->
     return default.model_copy(update=fields) if fields else default
 
 
+def has_weight(module: str, names: Collection[str]) -> bool:
+    """``module`` stores a weight: ``.weight``, or compressed-tensors' ``.weight_packed``."""
+    return f"{module}.weight" in names or f"{module}.{PACKED_WEIGHT}" in names
+
+
 def _per_projection(base: str, names: Collection[str], spelled: dict[str, str]) -> dict[str, str]:
     """``spelled`` with each projection whose leaf is absent replaced by another spelling's
     that is there: vLLM's DeepSeek-V4 mapper renames only ``.shared_experts.w2`` to
@@ -68,10 +80,10 @@ def _per_projection(base: str, names: Collection[str], spelled: dict[str, str]) 
     ``_make_deepseek_v4_weights_mapper``), leaving ``w1`` / ``w3``."""
     out = dict(spelled)
     for proj, leaf in spelled.items():
-        if f"{base}.{leaf}.weight" in names:
+        if has_weight(f"{base}.{leaf}", names):
             continue
         for other in _SPELLINGS:
-            if f"{base}.{other[proj]}.weight" in names:
+            if has_weight(f"{base}.{other[proj]}", names):
                 out[proj] = other[proj]
                 break
     return out
@@ -81,9 +93,9 @@ def _shared_layout(
     base: str, names: Collection[str], spellings: Iterable[dict[str, str]]
 ) -> tuple[str, dict[str, str] | None] | None:
     for spelling in spellings:
-        if f"{base}.{spelling['gate']}.weight" in names:
+        if has_weight(f"{base}.{spelling['gate']}", names):
             return "single", spelling
-        if f"{base}.0.{spelling['gate']}.weight" in names:
+        if has_weight(f"{base}.0.{spelling['gate']}", names):
             return "indexed", spelling
     if f"{base}.gate_up_proj.weight" in names:
         return "single_gate_up", None

@@ -57,9 +57,12 @@ def whole(entry: TensorEntry, ops: tuple[str, ...] = ()) -> Placement:
     )
 
 
-def _fill(entry: TensorEntry, role: str) -> str:
-    if role == "weight" or role == "bias":
-        return "00" * element_bytes(entry.dtype)
+def _fill(entry: TensorEntry, role: str, codec_fill: str = "") -> str:
+    """Pad bytes of one element: zero weights (the codec's zero where it is not zero bytes,
+    e.g. a symmetric INT4 word ``88888888``), neutral scales in the tensor's own dtype."""
+    if role in ("weight", "bias", "zero_point"):
+        zero = "00" * element_bytes(entry.dtype)
+        return codec_fill if len(codec_fill) == len(zero) and codec_fill != zero else zero
     try:
         return one_fill(entry.dtype)
     except ValueError:
@@ -115,7 +118,8 @@ def place(
                 seg[d] = stop - start
                 pad = codec.storage_pads(tuple(seg), d, amount, name=entry.name)[role]
                 if pad is not None:
-                    pad = Pad(dim=pad.dim, amount=pad.amount, fill=_fill(entry, role))
+                    fill = _fill(entry, role, pad.fill)
+                    pad = Pad(dim=pad.dim, amount=pad.amount, fill=fill)
             cuts.append((region, pad))
     elif role == "bias" and on_intermediate_bias and len(storage) in (1, 2):
         cuts = _plain_ranges(entry, ranges, target)

@@ -167,6 +167,8 @@ def _stored_schemes(
     for proj in PROJS:
         name = f"{layer.shared_module(proj, 0)}.weight" if shared else layer.routed_weight(0, proj)
         t = rc.tensors.get(name)
+        if t is None and shared:  # compressed-tensors' packed weight
+            t = rc.tensors.get(f"{layer.shared_module(proj, 0)}.weight_packed")
         if t is not None:
             out[proj] = t.scheme
     return out

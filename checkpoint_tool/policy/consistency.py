@@ -33,6 +33,7 @@ from checkpoint_tool.catalog.grouping import dense_ids, groups
 from checkpoint_tool.catalog.patterns import NamePatterns
 from checkpoint_tool.catalog.table import TableTensors
 from checkpoint_tool.model import PROJS, ModelFacts, MoeLayerFacts
+from checkpoint_tool.model.naming import has_weight
 from checkpoint_tool.policy.fold import batches, fold_names
 from checkpoint_tool.quant.configs import (
     DeepSeekFp8Config,
@@ -67,7 +68,7 @@ def _issue(
 _EXPERT_RE = re.compile(r"^(.+)\.(experts|shared_experts|shared_expert)\.([^.\n]+)")
 #: a routed expert's weight ``{routed prefix}.{e}.{leaf}.weight``; groups: routed prefix,
 #: expert index, leaf
-_ROUTED_WEIGHT_RE = re.compile(r"^(.+\.experts)\.(\d+)\.([^.]+)\.weight$")
+_ROUTED_WEIGHT_RE = re.compile(r"^(.+\.experts)\.(\d+)\.([^.]+)\.(?:weight|weight_packed)$")
 
 
 def scan_expert_tensors(patterns: NamePatterns) -> dict[str, dict[str, Any]]:
@@ -231,7 +232,7 @@ def _layer_issues(
             name
             for e in sorted(fused)
             for leaf in leaves
-            if (name := f"{routed}.{e}.{leaf}.weight") not in entries
+            if (name := f"{routed}.{e}.{leaf}.{layer.naming.weight_suffix}") not in entries
         ]
         if absent:
             issues.append(
@@ -268,7 +269,7 @@ def _layer_issues(
             )
         )
     elif layer.n_shared > 0 and not fused:
-        missing = [f"{m}.weight" for m in layer.shared_modules() if f"{m}.weight" not in entries]
+        missing = [f"{m}.weight" for m in layer.shared_modules() if not has_weight(m, entries)]
         if missing:
             issues.append(
                 _issue(
@@ -294,7 +295,8 @@ def _missing_routed_weights(
         found = present.get((base, leaf))
         if found is not None:
             held[found[found < layer.n_routed]] = True
-        missing += [f"{base}.{e}.{leaf}.weight" for e in np.flatnonzero(~held).tolist()]
+        suffix = layer.naming.weight_suffix
+        missing += [f"{base}.{e}.{leaf}.{suffix}" for e in np.flatnonzero(~held).tolist()]
     return sorted(missing)
 
 

@@ -37,7 +37,15 @@ if TYPE_CHECKING:
     from checkpoint_tool.catalog.table import TensorTable
 
 #: the roles by code (the ``role`` column); ``ROLE_CODES[role]`` is the code
-ROLES: tuple[Role, ...] = ("weight", "scale", "global_scale", "input_scale", "bias", "other")
+ROLES: tuple[Role, ...] = (
+    "weight",
+    "scale",
+    "global_scale",
+    "input_scale",
+    "bias",
+    "other",
+    "zero_point",
+)
 ROLE_CODES: dict[str, int] = {role: code for code, role in enumerate(ROLES)}
 
 
@@ -142,9 +150,10 @@ class ResolvedColumns:
 
     def weight_rows(self) -> np.ndarray:
         """Per module number, the row of its ``weight`` tensor (-1: it has none); gpt-oss's
-        ``X.experts.gate_up_proj_blocks`` is its module's weight too."""
+        ``X.experts.gate_up_proj_blocks`` and compressed-tensors' ``X.weight_packed`` are their
+        module's weight too."""
         out = np.full(len(self.module_names), -1, np.int64)
-        for suffix in ("weight", "blocks"):
+        for suffix in ("weight_packed", "weight", "blocks"):
             if suffix in self.suffixes:
                 rows = np.flatnonzero(self.suffix == self.suffixes.index(suffix))
                 rows = rows[self.role[rows] == ROLE_CODES["weight"]]

@@ -15,26 +15,30 @@ from __future__ import annotations
 
 from typing import Literal
 
-Role = Literal["weight", "scale", "global_scale", "input_scale", "bias", "other"]
+Role = Literal["weight", "scale", "global_scale", "input_scale", "zero_point", "bias", "other"]
 
 #: parameter suffix (the last name component) -> role
 ROLE_BY_SUFFIX: dict[str, Role] = {
     "weight": "weight",
+    "weight_packed": "weight",  # compressed-tensors pack-quantized / nvfp4-pack-quantized
     "weight_scale": "scale",
     "weight_scale_inv": "scale",
     "scale": "scale",
     "weight_scale_2": "global_scale",
+    "weight_global_scale": "global_scale",  # compressed-tensors NVFP4 (a divisor)
     "input_scale": "input_scale",
     "input_scale_2": "input_scale",
+    "input_global_scale": "input_scale",  # compressed-tensors NVFP4
+    "weight_zero_point": "zero_point",  # compressed-tensors asymmetric int (packed along out)
     "bias": "bias",
     "e_score_correction_bias": "bias",
 }
 
 #: the roles that hold scales of the module's weight or activations
-SCALE_ROLES: tuple[Role, ...] = ("scale", "global_scale", "input_scale")
+SCALE_ROLES: tuple[Role, ...] = ("scale", "global_scale", "input_scale", "zero_point")
 
 #: the roles a storage codec describes (weight and weight scales; the rest is copied whole)
-CODEC_ROLES: tuple[Role, ...] = ("weight", "scale", "global_scale")
+CODEC_ROLES: tuple[Role, ...] = ("weight", "scale", "global_scale", "zero_point")
 
 
 def role_of_suffix(suffix: str) -> Role:

@@ -57,6 +57,15 @@ class Scheme(BaseModel):
     rule: str = ""
     #: the raw producer spec (Quark dict / list) used for equality between routed and shared
     spec: Any = None
+    #: parameter suffix of the stored weight: ``weight``, or compressed-tensors' packed
+    #: formats' ``weight_packed``
+    weight_suffix: str = "weight"
+    #: packed zero points of an asymmetric integer weight (compressed-tensors
+    #: ``weight_zero_point``), None when symmetric
+    zero_point_suffix: str | None = None
+    #: the global scale divides (compressed-tensors NVFP4 ``weight_global_scale`` is
+    #: ``1 / weight_scale_2`` of ModelOpt); False: it multiplies
+    global_scale_divides: bool = False
 
     @property
     def quantized(self) -> bool:
@@ -69,7 +78,7 @@ class Scheme(BaseModel):
         in a key that does not change the bytes).
 
         Example: ``mxfp4_scheme(source="quark", rule="...").storage_identity()`` ->
-        ``(WeightFormat.MXFP4, ('U8',), None, 32, True, ('U8',))``
+        ``(WeightFormat.MXFP4, ('U8',), None, 32, True, ('U8',), False, False)``
         """
         return (
             self.format,
@@ -78,6 +87,8 @@ class Scheme(BaseModel):
             self.group_size,
             self.scale_is_e8m0,
             self.scale_dtypes,
+            self.zero_point_suffix is not None,
+            self.global_scale_divides,
         )
 
     @cached_property
@@ -99,6 +110,8 @@ class Scheme(BaseModel):
             self.scale_suffix,
             self.global_scale_suffix,
             self.input_scale_suffix,
+            self.weight_suffix,
+            self.zero_point_suffix,
             repr(self.spec),
         )
 
@@ -111,7 +124,12 @@ class Scheme(BaseModel):
     def scale_names(self, module: str) -> list[str]:
         """Names of the sibling tensors this scheme expects next to ``module.weight``."""
         out = []
-        for suffix in (self.scale_suffix, self.global_scale_suffix, self.input_scale_suffix):
+        for suffix in (
+            self.scale_suffix,
+            self.global_scale_suffix,
+            self.input_scale_suffix,
+            self.zero_point_suffix,
+        ):
             if suffix:
                 out.append(f"{module}.{suffix}")
         return out

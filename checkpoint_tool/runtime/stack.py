@@ -11,6 +11,10 @@ decoded with the codecs' E8M0 helper).
 | FP8 block/channel/tensor | float8_e4m3fn ``[E, N, K]`` | f32 ``[E, ceil(N/bn), ceil(K/bk)]`` | - |
 | MXFP4 | uint8 ``[E, N, K/2]`` | uint8 E8M0 ``[E, N, K/32]`` | - |
 | NVFP4 | uint8 ``[E, N, K/2]`` | float8_e4m3fn ``[E, N, K/16]`` | f32 ``[E]`` |
+| INT4 (symmetric) | int32 ``[E, N, K/8]`` | f32 ``[E, N, K/group]`` | - |
+
+A compressed-tensors NVFP4 global scale divides (``weight_global_scale``): its reciprocal is
+stacked, so the kernel always multiplies.
 
 Example::
 
@@ -42,6 +46,7 @@ class KernelFormat(IntEnum):
     FP8_W8A8 = 2
     MXFP4 = 3
     NVFP4 = 4
+    INT4 = 5
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,8 @@ class StackedWeights:
     k: int
     #: FP8 only: rows and columns covered by one scale entry
     scale_block: tuple[int, int] = (1, 1)
+    #: INT4 only: inputs per scale
+    group: int = 0
 
     @property
     def num_experts(self) -> int:
@@ -64,7 +71,7 @@ class StackedWeights:
 
     @property
     def group_size(self) -> int:
-        return {KernelFormat.MXFP4: 32, KernelFormat.NVFP4: 16}.get(self.fmt, 0)
+        return {KernelFormat.MXFP4: 32, KernelFormat.NVFP4: 16}.get(self.fmt, self.group)
 
     def storage_bytes(self, experts: int | None = None) -> int:
         """Bytes of weight + scales for ``experts`` experts (default all)."""
@@ -87,6 +94,7 @@ class StackedWeights:
             self.n,
             self.k,
             self.scale_block,
+            self.group,
         )
 
 
@@ -117,11 +125,15 @@ def stack_projections(projs: Sequence[Projection], *, w8a8: bool = False) -> Sta
         kfmt = KernelFormat.FP8_W8A8 if w8a8 else KernelFormat.FP8
         return StackedWeights(kfmt, _as_fp8(weight, first), scale, None, n, k, block)
     scale = stack_tensors([_required(p, "scale") for p in projs])
+    if kernel is KernelFormat.INT4:
+        return _stack_int4(first, weight, scale, n, k)
     if kernel is KernelFormat.MXFP4:
         _check_group_scale(first, scale, n, k, 32)
         return StackedWeights(KernelFormat.MXFP4, _as_u8(weight), _as_u8(scale), None, n, k)
     _check_group_scale(first, scale, n, k, 16)
     glob = torch.stack([_required(p, "global_scale").float().reshape(()) for p in projs])
+    if first.scheme.global_scale_divides:  # compressed-tensors weight_global_scale
+        glob = 1.0 / glob
     scale = scale if scale.dtype == torch.float8_e4m3fn else scale.view(torch.float8_e4m3fn)
     return StackedWeights(KernelFormat.NVFP4, _as_u8(weight), scale, glob, n, k)
 
@@ -192,6 +204,22 @@ def _fp8_scale(p: Projection, n: int, k: int, block: tuple[int, int]) -> torch.T
             f"for a [{n}, {k}] weight with {p.scheme.short()}"
         )
     return s.reshape(rows, cols)
+
+
+def _stack_int4(
+    p: Projection, weight: torch.Tensor, scale: torch.Tensor, n: int, k: int
+) -> StackedWeights:
+    """INT4 words as stored, group scales in float32 (symmetric only: the kernel subtracts 8)."""
+    if p.scheme.zero_point_suffix is not None:
+        raise InputError(
+            f"{p.label}: asymmetric int4 (zero points) runs on the torch backend only; "
+            "pass --backend torch"
+        )
+    group = int(p.scheme.group_size or 0)
+    _check_group_scale(p, scale, n, k, group)
+    return StackedWeights(
+        KernelFormat.INT4, weight.to(torch.int32), scale.float(), None, n, k, group=group
+    )
 
 
 def _check_group_scale(p: Projection, scale: torch.Tensor, n: int, k: int, group: int) -> None:

@@ -86,12 +86,15 @@ class DataGenerator:
             return to_bytes(self._plain(spec, src), spec.dtype)
         if src.role == "input_scale":
             return to_bytes(self._input_scale(src.input_scale_key), spec.dtype)
+        if src.role == "shape":  # compressed-tensors weight_shape: the logical [out, in]
+            return to_bytes(torch.tensor([src.rows[src.member], src.inp]), spec.dtype)
         if self.mode == "codes" and ENCODINGS[src.encoding].quantized:
             return to_bytes(self._codes(spec, src), spec.dtype)
         parts = self._quantized_group(src)[src.member]
         t = parts[src.role]
-        if t.dim() != len(spec.shape) and t.numel() == math.prod(spec.shape):
-            t = t.reshape(spec.shape)  # gpt-oss: [E * R, C/2] laid out [E, R, C/32, 16]
+        if t.numel() == math.prod(spec.shape):
+            # gpt-oss: [E * R, C/2] laid out [E, R, C/32, 16]; [out] vs [out, 1], [] vs [1]
+            t = t.reshape(spec.shape)
         if tuple(t.shape) != tuple(spec.shape):
             raise ValueError(
                 f"{spec.name}: codec produced shape {tuple(t.shape)}, layout says {spec.shape}"
@@ -165,7 +168,11 @@ def _quantize_batch(
     if not enc.quantized:
         return [[{"weight": w} for w in group] for group in batch]
     codec = codec_for_format(
-        enc.format, block=enc.block, group_size=enc.group_size, scale_dtype=enc.scale_dtype
+        enc.format,
+        block=enc.block,
+        group_size=enc.group_size,
+        scale_dtype=enc.scale_dtype,
+        **dict(enc.codec_options),  # type: ignore[arg-type]
     )
     bounds = [0, *itertools.accumulate(w.shape[0] for w in batch[0])]
     rows = bounds[-1]

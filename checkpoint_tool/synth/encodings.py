@@ -30,7 +30,9 @@ class Part:
     """One storage tensor of an encoding: codec role, name suffix, safetensors dtype, shape kind.
 
     ``shape`` kinds: ``full`` [out, in], ``packed`` [out, in/2], ``group:N`` [out, in/N],
-    ``block:N`` [ceil(out/N), ceil(in/N)], ``rows`` [out], ``scalar`` [].
+    ``block:N`` [ceil(out/N), ceil(in/N)], ``rows`` [out], ``scalar`` []; compressed-tensors'
+    ``pack8`` [out, in/8] (I32 words), ``cgroup:N`` [out, ceil(in/N)], ``rows1`` [out, 1],
+    ``one`` [1], ``pair`` [2].
     """
 
     role: str
@@ -52,6 +54,16 @@ class Part:
             return (out,)
         if kind == "scalar":
             return ()
+        if kind == "cgroup":  # a partial last group has its own scale
+            return (out, _ceil(inp, int(arg)))
+        if kind == "pack8":
+            return (out, inp // 8)
+        if kind == "rows1":
+            return (out, 1)
+        if kind == "one":
+            return (1,)
+        if kind == "pair":
+            return (2,)
         raise ValueError(f"unknown part shape {self.shape!r}")
 
 
@@ -71,6 +83,8 @@ class Encoding:
     scale_dtype: str | None = None
     in_multiple: int = 1
     group_quant: bool = False
+    #: further ``codec_for_format`` options, e.g. (("symmetric", False),)
+    codec_options: tuple[tuple[str, object], ...] = ()
 
     @property
     def quantized(self) -> bool:
@@ -148,3 +162,69 @@ def _encoding(
 ENCODINGS: dict[str, Encoding] = {
     row[0]: _encoding(*row) for row in (line.split() for line in _TABLE.strip().splitlines()[1:])
 }
+
+
+def _ct(key: str, fmt: WeightFormat, parts: list[Part], **kw: object) -> Encoding:
+    return Encoding(key, fmt, tuple(parts), **kw)  # type: ignore[arg-type]
+
+
+#: compressed-tensors (llm-compressor) serializations, in the model dtype BF16
+#: (``quant.configs.compressed_tensors`` has the layouts): FP8 per channel / per 128 block,
+#: INT4 ``pack-quantized`` groups of 32 (Kimi-K2-Thinking) or 128 (RedHatAI w4a16) with the
+#: ``weight_shape`` record, NVFP4 with ``weight_global_scale`` / ``input_global_scale`` [1]
+#: shared by gate and up (llm-compressor fuses the global scales of one MLP's gate and up)
+CT_ENCODINGS = {
+    e.key: e
+    for e in (
+        _ct(
+            "ct_fp8_channel",
+            WeightFormat.FP8_PER_CHANNEL,
+            [
+                Part("weight", "weight", "F8_E4M3", "full"),
+                Part("scale", "weight_scale", "BF16", "rows1"),
+            ],
+            scale_dtype="BF16",
+        ),
+        _ct(
+            "ct_fp8_block",
+            WeightFormat.FP8_BLOCK,
+            [
+                Part("weight", "weight", "F8_E4M3", "full"),
+                Part("scale", "weight_scale", "BF16", "block:128"),
+            ],
+            block=(128, 128),
+            scale_dtype="BF16",
+        ),
+        *(
+            _ct(
+                f"ct_int4_g{g}",
+                WeightFormat.INT4,
+                [
+                    Part("weight", "weight_packed", "I32", "pack8"),
+                    Part("scale", "weight_scale", "BF16", f"cgroup:{g}"),
+                    Part("shape", "weight_shape", "I64", "pair"),
+                ],
+                group_size=g,
+                scale_dtype="BF16",
+                in_multiple=8,  # whole words; a partial last group has its own scale
+            )
+            for g in (32, 128)
+        ),
+        _ct(
+            "ct_nvfp4",
+            WeightFormat.NVFP4,
+            [
+                Part("weight", "weight_packed", "U8", "packed"),
+                Part("scale", "weight_scale", "F8_E4M3", "group:16"),
+                Part("global_scale", "weight_global_scale", "F32", "one"),
+                Part("input_scale", "input_global_scale", "F32", "one"),
+            ],
+            group_size=16,
+            scale_dtype="F8_E4M3",
+            in_multiple=16,
+            group_quant=True,
+            codec_options=(("global_scale_divides", True),),
+        ),
+    )
+}
+ENCODINGS.update(CT_ENCODINGS)

@@ -84,13 +84,19 @@ def _fse_state(model) -> tuple[dict, bool | None, dict]:  # type: ignore[no-unty
                 whole = flag
             else:
                 layers[name] = flag
-        if hasattr(mod, "global_num_experts") and hasattr(mod, "w13_weight"):
+        if hasattr(mod, "global_num_experts") and _has_w13(mod):
             moe[name] = {
                 "global_num_experts": int(mod.global_num_experts),
                 "num_fused_shared_experts": int(getattr(mod, "num_fused_shared_experts", 0) or 0),
                 "local_num_experts": int(getattr(mod, "local_num_experts", 0) or 0),
             }
     return layers, whole, moe
+
+
+def _has_w13(mod) -> bool:  # type: ignore[no-untyped-def]
+    """A FusedMoE layer's gate/up parameter: ``w13_weight``, or ``w13_weight_packed``
+    (compressed-tensors' WNA16 / NVFP4 methods)."""
+    return hasattr(mod, "w13_weight") or hasattr(mod, "w13_weight_packed")
 
 
 def _split_kind(mod) -> str:  # type: ignore[no-untyped-def]
@@ -104,7 +110,7 @@ def _split_kind(mod) -> str:  # type: ignore[no-untyped-def]
     )
     from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
 
-    if hasattr(mod, "global_num_experts") and hasattr(mod, "w13_weight"):
+    if hasattr(mod, "global_num_experts") and _has_w13(mod):
         return "moe"
     if isinstance(mod, VocabParallelEmbedding):
         return "vocab"

@@ -78,6 +78,33 @@ SCHEMES: dict[str, list[tuple[str, str, str]]] = {
         (".weight", "I8", "[o, i // 2]"),
         (".scale", "F8_E8M0", "[o, i // 32]"),
     ],
+    # compressed-tensors (llm-compressor), BF16 models: scales in the model dtype
+    # (compressed-tensors quantization/lifecycle/initialize.py initialize_qparams);
+    # float-quantized FP8 per channel: weight + weight_scale [out, 1]
+    "ct_fp8_channel": [
+        (".weight", "F8_E4M3", "[o, i]"),
+        (".weight_scale", "BF16", "[o, 1]"),
+    ],
+    # pack-quantized INT4 (compressors/pack_quantized/base.py): eight values per I32 word,
+    # a scale per group, the logical shape as I64 [2]
+    "ct_int4_g32": [
+        (".weight_packed", "I32", "[o, i // 8]"),
+        (".weight_scale", "BF16", "[o, i // 32]"),
+        (".weight_shape", "I64", "[2]"),
+    ],
+    "ct_int4_g128": [
+        (".weight_packed", "I32", "[o, i // 8]"),
+        (".weight_scale", "BF16", "[o, i // 128]"),
+        (".weight_shape", "I64", "[2]"),
+    ],
+    # nvfp4-pack-quantized (compressors/nvfp4/base.py): packed pairs, E4M3 scale per 16,
+    # F32 weight_global_scale and input_global_scale [1]
+    "ct_nvfp4": [
+        (".weight_packed", "U8", "[o, i // 2]"),
+        (".weight_scale", "F8_E4M3", "[o, i // 16]"),
+        (".weight_global_scale", "F32", "[1]"),
+        (".input_global_scale", "F32", "[1]"),
+    ],
 }
 
 
@@ -328,13 +355,15 @@ def write_twin(case: dict, size: str, dst: Path, seed: int = 0) -> Path:
 
 
 _SCALE_SUFFIXES = (".weight_scale_inv", ".weight_scale", ".scale", "_scales")  # gpt-oss _scales
+#: per-matrix global and activation scales (ModelOpt, compressed-tensors NVFP4)
+_GLOBAL_SUFFIXES = ("_scale_2", ".input_scale", "_global_scale")
 
 
 def tensor_data(t: Tensor, seed: int = 0) -> bytes:
     """Deterministic valid bytes of one tensor: FP8 codes but NaN, any FP4 nibble, E8M0
     scales 2**-9..2**-3, positive float scales, N(0, 0.02) floats (norms around 1)."""
     key = t.name
-    if t.name.endswith(("_scale_2", ".input_scale")):  # fused gate|up share one global scale
+    if t.name.endswith(_GLOBAL_SUFFIXES):  # fused gate|up share one global scale
         key = key.replace("up_proj", "gate_proj")
     digest = hashlib.sha256(f"{seed}\0{key}".encode()).digest()
     rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
@@ -349,8 +378,13 @@ def tensor_data(t: Tensor, seed: int = 0) -> bytes:
         if is_scale or t.dtype == "F8_E8M0":
             return rng.integers(118, 125, n, dtype=np.uint8).tobytes()
         return rng.integers(0, 256, n, dtype=np.uint8).tobytes()
-    if t.dtype == "F32" and (is_scale or t.name.endswith(("_scale_2", ".input_scale"))):
+    if t.dtype == "F32" and (is_scale or t.name.endswith(_GLOBAL_SUFFIXES)):
         return ((0.5 + rng.random(n)) * (0.02 / 448.0)).astype(np.float32).tobytes()
+    if t.dtype == "BF16" and is_scale:  # compressed-tensors' float scales: positive
+        x = ((0.5 + rng.random(n)) * (0.02 / 4.0)).astype(np.float32)
+        return (x.view(np.uint32) >> 16).astype(np.uint16).tobytes()
+    if t.name.endswith(".weight_shape"):  # compressed-tensors: never read by vLLM's MoE path
+        return np.zeros(n, np.int64).tobytes()
     if t.dtype in ("I64", "I32"):
         return rng.integers(0, 2, n).astype(np.int64 if t.dtype == "I64" else np.int32).tobytes()
     x = rng.standard_normal(n).astype(np.float32)

@@ -22,6 +22,8 @@ TORCH = {
     "BF16": torch.bfloat16,
     "F16": torch.float16,
     "F32": torch.float32,
+    "I32": torch.int32,
+    "I64": torch.int64,
 }
 
 

@@ -70,7 +70,12 @@ def test_not_divisible_and_tp1():
 def _every_scheme() -> list[Scheme]:
     """Every weight format ckpt stores, with block / group / scale-encoding variants, as the
     config models build them."""
-    from checkpoint_tool.quant.configs import DeepSeekFp8Config, DeepSeekV4Config, ModelOptConfig
+    from checkpoint_tool.quant.configs import (
+        CompressedTensorsConfig,
+        DeepSeekFp8Config,
+        DeepSeekV4Config,
+        ModelOptConfig,
+    )
     from checkpoint_tool.quant.configs.quark_spec import QuarkLayerSpec, scheme_from_spec
 
     def quark(weight: dict) -> Scheme:
@@ -105,6 +110,15 @@ def _every_scheme() -> list[Scheme]:
     ]
     out += [s.model_copy(update={"group_size": 64}) for s in out if s.group_size == 32]
     out.append(NV.model_copy(update={"group_size": 32}))
+    # compressed-tensors INT4 pack-quantized: words of eight, groups; asymmetric zero points
+    # are packed eight rows a word
+    int4 = {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32}
+    for weights in (int4, {**int4, "group_size": 128}, {**int4, "symmetric": False}):
+        ct = {
+            "format": "pack-quantized",
+            "config_groups": {"g": {"targets": ["Linear"], "weights": weights}},
+        }
+        out.append(CompressedTensorsConfig.model_validate(ct).scheme_for("x.down_proj"))
     return [s for s in out if s is not None]
 
 

@@ -176,7 +176,8 @@ def test_the_grid_covers_every_format_on_both_sides():
     for layer, scheme, lin, moe in _grid_answers():
         formats.add(scheme.format)
         families |= {detect_family(lin, layer), detect_family(moe, layer)}
-    assert formats >= set(F) - {F.UNQUANTIZED}
+    # INT4 is compressed-tensors' pack-quantized storage; Quark's int4 specs stay unsupported
+    assert formats >= set(F) - {F.UNQUANTIZED, F.INT4}
     assert families >= CODEC_FAMILIES | {"mxfp6", "w4a8", "w4a16_int4", None}
 
 

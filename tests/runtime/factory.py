@@ -16,7 +16,7 @@ import torch
 from checkpoint_tool.quant.scheme import Scheme, WeightFormat
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
 
-FORMATS = ("bf16", "fp8_block", "fp8_w8a8", "mxfp4", "nvfp4")
+FORMATS = ("bf16", "fp8_block", "fp8_w8a8", "mxfp4", "nvfp4", "int4")
 
 #: RMS of a uniformly random E2M1 code's value
 _FP4_RMS = math.sqrt(sum(v * v for v in (0, 0.5, 1, 1.5, 2, 3, 4, 6)) / 8)
@@ -59,6 +59,15 @@ def scheme_for(fmt: str, block: int = 128) -> Scheme:
             scale_dtypes=("F8_E4M3",),
             global_scale_suffix="weight_scale_2",
         )
+    if fmt == "int4":  # compressed-tensors pack-quantized, symmetric, groups of 32
+        return Scheme(
+            format=WeightFormat.INT4,
+            weight_dtypes=("I32",),
+            group_size=32,
+            weight_suffix="weight_packed",
+            scale_suffix="weight_scale",
+            scale_dtypes=("BF16",),
+        )
     raise ValueError(fmt)
 
 
@@ -79,6 +88,10 @@ def random_projection(
             shape = (-(-out // block), -(-inp // block))
         s = (torch.rand(shape, generator=gen) + 0.5) * gain / 32
         return Projection({"weight": w, "scale": s}, scheme, name)
+    if fmt == "int4":  # any eight nibbles a word; values -8..7, RMS ~4.6
+        words = torch.randint(-(2**31), 2**31, (out, inp // 8), generator=gen).to(torch.int32)
+        s = ((torch.rand(out, inp // 32, generator=gen) + 0.5) * gain / 4.6).to(torch.bfloat16)
+        return Projection({"weight": words, "scale": s}, scheme, name)
     packed = torch.randint(0, 256, (out, inp // 2), generator=gen, dtype=torch.uint8)
     if fmt == "mxfp4":
         center = 127 + round(math.log2(gain / _FP4_RMS))
@@ -177,6 +190,11 @@ def decode_projection(proj: Projection) -> torch.Tensor:
         return vals * _expand(parts["scale"].float(), bn, bk, tuple(vals.shape))
     if fmt is WeightFormat.FP8_PER_CHANNEL:
         return _fp8_values(w) * parts["scale"].float().reshape(-1, 1)
+    if fmt is WeightFormat.INT4:  # value j of a word in bits 4j..4j+3, stored as q + 8
+        u = w.numpy().view(np.uint32)
+        nib = np.stack([(u >> (4 * j)) & 0xF for j in range(8)], axis=-1).reshape(u.shape[0], -1)
+        vals = torch.from_numpy(nib.astype(np.float32) - 8.0)
+        return vals * _expand(parts["scale"].float(), 1, 32, tuple(vals.shape))
     vals = _fp4_values(w)
     if fmt is WeightFormat.MXFP4:
         s = torch.exp2(parts["scale"].view(torch.uint8).to(torch.float64) - 127).float()

@@ -38,6 +38,7 @@ TOLERANCE = {
     "fp8_w8a8": 1e-3,
     "mxfp4": 2e-5,
     "nvfp4": 2e-5,
+    "int4": 2e-5,
 }
 
 

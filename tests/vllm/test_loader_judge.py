@@ -99,6 +99,14 @@ CELLS = [
     Cell("deepseek-v4", 1, "hf", opts=(("engram", False),)),
     # I 128: vLLM refuses the source at TP 2 (block FP8 shared expert); ckpt pads to 256
     Cell("deepseek-v4", 2, "hf", opts=(("engram", False),)),
+    # compressed-tensors (Qwen3-MoE, no shared expert): FP8 per channel and NVFP4 with its
+    # [1] global scales, TP 1 and 2, NVFP4 padded too. W4A16 (pack-quantized INT4) is left
+    # out: vLLM 0.32's CPU build has no WNA16 MoE backend (docs/vllm-proof.md)
+    Cell("qwen3-moe-fp8-dynamic", 1, "hf"),
+    Cell("qwen3-moe-fp8-dynamic", 2, "hf"),
+    Cell("qwen3-moe-nvfp4", 1, "hf"),
+    Cell("qwen3-moe-nvfp4", 2, "hf"),
+    Cell("qwen3-moe-nvfp4", 2, "hf", pad=256),
 ]
 
 

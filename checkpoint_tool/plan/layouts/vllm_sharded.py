@@ -72,8 +72,14 @@ def quant_family(catalog: Catalog) -> str | None:
 def model_instance(ctx: PlanInputs, target: str = DEFAULT_TARGET) -> ModelInstance:
     """The target spec of ``ctx``'s model family applied to its (padded) config."""
     archs = (ctx.catalog.config or {}).get("architectures") or []
+    family = quant_family(ctx.catalog)
+    if family == "compressed-tensors":
+        raise UsageError(
+            f"{ctx.catalog.root}: --layout vllm-sharded has no spec for compressed-tensors "
+            "parameters (w13_weight_packed, w13_weight_global_scale, ...): use --layout hf"
+        )
     spec = load_spec(ctx.facts.family, target, [str(a) for a in archs])
-    names = {**engine_config(ctx), "quant_family": quant_family(ctx.catalog)}
+    names = {**engine_config(ctx), "quant_family": family}
     inst = instantiate(spec, names, ctx.fse_layers)
     wanted = ctx.options.layers
     if wanted is not None:  # partial conversion: only those layers, no global tensors

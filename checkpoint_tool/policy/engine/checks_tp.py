@@ -39,6 +39,7 @@ TP_RULES = (
     "tp_fp8_block_gate_up",
     "tp_fp8_block_down",
     "tp_fp4_group_split",
+    "tp_int4_group_split",
     "tp_fp8_block_shared_linear",
     "tp_mxfp4_backend_round_up",
     "tp_moe_backend_unknown",
@@ -105,6 +106,17 @@ def check_tp(ctx: EngineContext, rules: dict[str, RuleSpec]) -> list[EngineFindi
                         **p,
                     )
                 )
+        if fmt is WeightFormat.INT4 and per_rank % cols and "tp_int4_group_split" in rules:
+            pad_to = round_up(size, tp * cols)
+            out.append(
+                rules["tp_int4_group_split"].finding(
+                    layers=layers,
+                    group=cols,
+                    pad_to=pad_to,
+                    details={"pad_to": pad_to, "padded_per_rank": pad_to // tp},
+                    **p,
+                )
+            )
         if fmt is WeightFormat.MXFP4 and "tp_mxfp4_backend_round_up" in rules:
             out += _round_up_finding(ctx, rules["tp_mxfp4_backend_round_up"], layers, per_rank)
     if "tp_fp8_block_shared_linear" in rules:

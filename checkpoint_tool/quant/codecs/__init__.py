@@ -15,6 +15,7 @@ Example::
 from checkpoint_tool.quant.codecs.base import Axis, BaseCodec, WeightCodec
 from checkpoint_tool.quant.codecs.fp8_block import Fp8BlockCodec
 from checkpoint_tool.quant.codecs.fp8_scaled import Fp8ChannelCodec, Fp8TensorCodec
+from checkpoint_tool.quant.codecs.int4 import Int4Codec
 from checkpoint_tool.quant.codecs.mxfp4 import MxFp4Codec
 from checkpoint_tool.quant.codecs.mxfp8 import MxFp8Codec
 from checkpoint_tool.quant.codecs.nvfp4 import NvFp4Codec
@@ -28,6 +29,7 @@ __all__ = [
     "Fp8BlockCodec",
     "Fp8ChannelCodec",
     "Fp8TensorCodec",
+    "Int4Codec",
     "MxFp4Codec",
     "MxFp8Codec",
     "NvFp4Codec",

@@ -4,7 +4,8 @@ input dim, and an F32 global multiplier ``weight_scale_2``:
 
 Quantization (ModelOpt / Quark): ``global = amax / (6 * 448)``; group scale
 ``group_amax / 6 / global`` rounded to E4M3 (RNE); elements ``w / (scale * global)`` rounded to
-E2M1 (RNE, saturating). Roles: ``weight`` U8 ``[..., out, in/2]``, ``scale`` F8_E4M3
+E2M1 (RNE, saturating). compressed-tensors stores ``weight_global_scale = 1 / global`` as
+``[1]`` per matrix (``global_divides``). Roles: ``weight`` U8 ``[..., out, in/2]``, ``scale`` F8_E4M3
 ``[..., out, ceil(in/16)]``, ``global_scale`` F32 (0-d for one matrix, ``[E]`` for ``[E, out, in]``).
 
 Example::
@@ -44,6 +45,8 @@ class NvFp4Codec(NvFp4Storage, BaseCodec):
         codes = encode_fp4(scaled).reshape(*x.shape[:-1], -1)[..., : x.shape[-1]]
         if self.scale_dtype == "U8":
             scale = scale.view(torch.uint8)
+        if self.global_divides:  # compressed-tensors: weight_global_scale = 1 / g, [..., 1]
+            return {"weight": pack_fp4(codes), "scale": scale, "global_scale": (1 / g)[..., None]}
         return {"weight": pack_fp4(codes), "scale": scale, "global_scale": g}
 
     def dequantize(
@@ -52,6 +55,10 @@ class NvFp4Codec(NvFp4Storage, BaseCodec):
         shape = self.check_parts(parts, name=name)
         s = decode_scale(parts["scale"], byte_kind="e4m3", label=self.label)
         g = decode_scale(parts["global_scale"], byte_kind=None, label=self.label)
+        if g.ndim == len(shape) - 1:  # [..., 1] (compressed-tensors) -> [...]
+            g = g.squeeze(-1)
+        if self.global_divides:
+            g = 1 / g
         return (
             decode_fp4(parts["weight"])
             * expand_last(s, self.group_size, shape[-1])

@@ -1,6 +1,8 @@
-"""Quantization config models (DeepSeek FP8, Quark, ModelOpt, DeepSeek-V4) -> ``Scheme``."""
+"""Quantization config models (DeepSeek FP8, Quark, ModelOpt, DeepSeek-V4, compressed-tensors)
+-> ``Scheme``."""
 
 from checkpoint_tool.quant.configs.base import NoQuantConfig, QuantConfigBase
+from checkpoint_tool.quant.configs.compressed_tensors import CompressedTensorsConfig
 from checkpoint_tool.quant.configs.deepseek_fp8 import DeepSeekFp8Config
 from checkpoint_tool.quant.configs.deepseek_v4 import DeepSeekV4Config
 from checkpoint_tool.quant.configs.gpt_oss import GptOssMxfp4Config
@@ -15,9 +17,11 @@ QuantConfig = (
     | ModelOptConfig
     | DeepSeekV4Config
     | GptOssMxfp4Config
+    | CompressedTensorsConfig
 )
 
 __all__ = [
+    "CompressedTensorsConfig",
     "DeepSeekFp8Config",
     "DeepSeekV4Config",
     "GptOssMxfp4Config",

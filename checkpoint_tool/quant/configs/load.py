@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from checkpoint_tool.errors import InputError
 from checkpoint_tool.quant.configs import (
+    CompressedTensorsConfig,
     DeepSeekFp8Config,
     DeepSeekV4Config,
     GptOssMxfp4Config,
@@ -25,7 +26,14 @@ from checkpoint_tool.quant.configs import (
     QuarkConfig,
 )
 
-SUPPORTED_METHODS = ("fp8", "quark", "modelopt", "deepseek_v4_fp8", "mxfp4 (gpt-oss)")
+SUPPORTED_METHODS = (
+    "fp8",
+    "quark",
+    "modelopt",
+    "deepseek_v4_fp8",
+    "compressed-tensors",
+    "mxfp4 (gpt-oss)",
+)
 
 
 def load_quant_config(
@@ -70,6 +78,8 @@ def _load(config: dict, hf_quant: dict | None, where: str) -> QuantConfig:
     # GptOssMxfp4Config.override_quantization_method)
     if method in ("mxfp4", "gpt_oss_mxfp4") and config.get("model_type") == "gpt_oss":
         return GptOssMxfp4Config.model_validate(qc)
+    if method == "compressed-tensors":
+        return CompressedTensorsConfig.from_config(qc, config)
     raise InputError(
         f"{where}: quantization_config.quant_method {qc.get('quant_method')!r} is not supported; "
         f"ckpt reads {', '.join(SUPPORTED_METHODS)}"

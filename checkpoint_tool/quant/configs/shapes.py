@@ -37,15 +37,17 @@ def logical_shape(scheme: Scheme, dtype: str, shape: tuple[int, ...]) -> tuple[i
     return format_of(scheme).logical_shape(dtype, tuple(shape))
 
 
-def _scale_shapes(scheme: Scheme, logical: tuple[int, ...]) -> list[tuple[int, ...]]:
-    """Accepted scale shapes, canonical first; none if the format refuses the weight's shape
-    (``weight_shape_problem`` says why)."""
+def _scale_shapes(
+    scheme: Scheme, logical: tuple[int, ...], role: str = "scale"
+) -> list[tuple[int, ...]]:
+    """Accepted shapes of ``role``, canonical first; none if the format refuses the weight's
+    shape (``weight_shape_problem`` says why)."""
     try:
         fmt = get_storage_format(scheme)
-        want = fmt.storage_shapes(logical)["scale"]
+        want = fmt.storage_shapes(logical)[role]
     except InputError:
         return []
-    return fmt.accepted_shapes("scale", want)
+    return fmt.accepted_shapes(role, want)
 
 
 def weight_shape_problem(scheme: Scheme, weight_dtype: str, shape: tuple[int, ...]) -> str | None:
@@ -95,4 +97,7 @@ def _expected(
     if scheme.input_scale_suffix:
         dtypes = scheme.input_scale_dtypes or ("F32", "BF16", "F16")
         out[scheme.input_scale_suffix] = Expected("input_scale", list(_SCALAR), dtypes)
+    if scheme.zero_point_suffix:
+        shapes = _scale_shapes(scheme, logical, "zero_point")
+        out[scheme.zero_point_suffix] = Expected("zero_point", shapes, ("I32",))
     return out

@@ -10,6 +10,9 @@ decoded inside the K loop:
   K-step's partial product;
 - ``FP8_W8A8``: e4m3 x e4m3 dot, times activation scale ``[row]`` and weight scale ``[col]``
   per K-step (activations are quantized in torch per 128-column group);
+- ``INT4`` (compressed-tensors symmetric, W4A16): int32 words of eight nibbles (value ``j`` in
+  bits ``4j..4j+3``, stored as ``q + 8``), ``(nibble - 8) x`` the group scale (f32
+  ``[N, K/GROUP]``); ``BLOCK_K`` is a multiple of ``GROUP``;
 - ``MXFP4`` / ``NVFP4``: packed nibbles decoded with bit operations (code -> fp16 bits ->
   f32 x scale x 2^14), E8M0 group scale (32) or E4M3 group scale (16) and, for NVFP4, the
   per-expert global scale applied to the accumulator. Low nibbles (even K) and high nibbles
@@ -38,6 +41,7 @@ FMT_FP8: tl.constexpr = tl.constexpr(1)
 FMT_W8A8: tl.constexpr = tl.constexpr(2)
 FMT_MXFP4: tl.constexpr = tl.constexpr(3)
 FMT_NVFP4: tl.constexpr = tl.constexpr(4)
+FMT_INT4: tl.constexpr = tl.constexpr(5)
 
 
 def _fp4_tile_py(
@@ -111,6 +115,25 @@ _fp4_bytes = triton.jit(_fp4_bytes_py)
 
 
 _fp4_tile = triton.jit(_fp4_tile_py)
+
+
+def _int4_tile_py(
+    words,
+    scale,
+    NG: tl.constexpr,
+    GROUP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):
+    """INT4 words ``[BN, KW]`` (eight values each) + group scales ``[BN, NG]`` -> the weight
+    tile ``[NG * GROUP, BN]``: ``(nibble - 8) * scale``, exact in float32."""
+    shifts = tl.arange(0, 8) * 4
+    q = ((words[:, :, None] >> shifts[None, None, :]) & 0xF).to(tl.float32) - 8.0
+    w = tl.reshape(q, (BLOCK_N, NG, GROUP)) * scale.to(tl.float32)[:, :, None]
+    return tl.trans(tl.reshape(w, (BLOCK_N, NG * GROUP))).to(DOT_DTYPE)
+
+
+_int4_tile = triton.jit(_int4_tile_py)
 
 
 def _moe_gemm_py(
@@ -252,6 +275,49 @@ def _moe_gemm_py(
             u_ptrs += KW * stride_wk
             s_ptrs += NG * stride_sk
             t_ptrs += NG * stride_sk
+    elif FMT == FMT_INT4:
+        NGI: tl.constexpr = BLOCK_K // GROUP
+        KWI: tl.constexpr = BLOCK_K // 8
+        offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
+        a_ptrs = a_base + (k_first + offs_k)[None, :] * stride_ak
+        g_rel = tl.arange(0, NGI).to(tl.int64)
+        kw = tl.arange(0, KWI).to(tl.int64)
+        w_off = offs_n[:, None] * stride_wn + (k_first // 8 + kw)[None, :] * stride_wk
+        s_off = offs_n[:, None] * stride_sn + (k_first // GROUP + g_rel)[None, :] * stride_sk
+        w_ptrs = w_base + w_off
+        u_ptrs = u_base + w_off
+        s_ptrs = ws_base + s_off
+        t_ptrs = us_base + s_off
+        for kt in range(kt_start, kt_end):
+            k_left = K - kt * BLOCK_K
+            a_mask = row_ok[:, None] & (offs_k < k_left)[None, :]
+            w_mask = n_ok[:, None] & (8 * kw < k_left)[None, :]
+            s_mask = n_ok[:, None] & (g_rel * GROUP < k_left)[None, :]
+            a = tl.load(a_ptrs, mask=a_mask, other=0.0).to(DOT_DTYPE)
+            w = _int4_tile(
+                tl.load(w_ptrs, mask=w_mask, other=0),
+                tl.load(s_ptrs, mask=s_mask, other=0.0),
+                NGI,
+                GROUP,
+                BLOCK_N,
+                DOT_DTYPE,
+            )
+            acc_g = tl.dot(a, w, acc_g)
+            if GATED:
+                u = _int4_tile(
+                    tl.load(u_ptrs, mask=w_mask, other=0),
+                    tl.load(t_ptrs, mask=s_mask, other=0.0),
+                    NGI,
+                    GROUP,
+                    BLOCK_N,
+                    DOT_DTYPE,
+                )
+                acc_u = tl.dot(a, u, acc_u)
+            a_ptrs += BLOCK_K * stride_ak
+            w_ptrs += KWI * stride_wk
+            u_ptrs += KWI * stride_wk
+            s_ptrs += NGI * stride_sk
+            t_ptrs += NGI * stride_sk
     else:
         offs_k = tl.arange(0, BLOCK_K).to(tl.int64)
         a_ptrs = a_base + (k_first + offs_k)[None, :] * stride_ak

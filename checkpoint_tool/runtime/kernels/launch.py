@@ -85,6 +85,9 @@ def fit_block_k(cfg: GemmConfig, w: StackedWeights) -> GemmConfig:
         if cfg.block_k % (2 * w.group_size):
             raise ValueError(f"block_k {cfg.block_k}: need a multiple of 2 x group {w.group_size}")
         return cfg
+    if w.fmt is KernelFormat.INT4:  # whole scale groups per K-step
+        block_k = math.lcm(cfg.block_k, w.group_size)
+        return cfg if block_k == cfg.block_k else replace(cfg, block_k=block_k)
     if w.fmt not in (KernelFormat.FP8, KernelFormat.FP8_W8A8):
         return cfg
     limit = w.scale_block[1] if w.fmt is KernelFormat.FP8 else math.gcd(w.scale_block[1], ACT_GROUP)

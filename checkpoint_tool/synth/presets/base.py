@@ -36,7 +36,7 @@ class PresetSpec:
     name: str
     summary: str
     family: str  # "deepseek_v3" | "deepseek_v4" | "qwen3_5_moe" | "qwen3_moe"
-    producer: str  # "deepseek" | "quark" | "modelopt" | "qwen"
+    producer: str  # "deepseek" | "quark" | "modelopt" | "qwen" | "compressed-tensors"
     tiny: Dims
     full: Dims
     build: Callable[[Dims, PresetOptions], SynthLayout]
