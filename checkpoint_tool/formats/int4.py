@@ -70,7 +70,8 @@ class Int4Storage(StorageFormat):
         return f"int4/{getattr(self, 'group_size', '?')}{sym}"
 
     def storage_dtypes(self) -> dict[str, str]:
-        return {"weight": "I32", "scale": self.scale_dtype, "zero_point": "I32"}
+        dtypes = {"weight": "I32", "scale": self.scale_dtype, "zero_point": "I32"}
+        return {role: dtypes[role] for role in self.roles}
 
     def axis(self, role: str, ndim: int, dim: int) -> Axis | None:
         if dim == ndim - 1:

@@ -20,6 +20,8 @@ TORCH_DTYPE: dict[str, torch.dtype] = {
     "BF16": torch.bfloat16,
     "F16": torch.float16,
     "F32": torch.float32,
+    "I32": torch.int32,
+    "I64": torch.int64,
 }
 
 #: torch float dtype -> safetensors name
