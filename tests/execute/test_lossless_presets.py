@@ -72,13 +72,19 @@ def test_every_output_tensor_is_its_source_slice(converted, preset, tp):
 @pytest.mark.parametrize(("preset", "tp"), CASES)
 def test_padding_is_zero_weights_and_neutral_scales(converted, preset, tp):
     _, plan, _ = converted(preset, tp)
+    names = {t.name for f in plan.files for t in f.tensors}
     for f in plan.files:
         for t in f.tensors:
             for p in t.pieces:
                 for pad in p.pads:
-                    leaf = t.name.rsplit(".", 1)[-1]
+                    module, leaf = t.name.rsplit(".", 1)
                     if "scale" in leaf:
                         assert pad.fill == NEUTRAL_SCALE_FILLS[t.dtype], (t.name, pad.fill)
+                    elif leaf == "weight_packed" and t.dtype == "I32":
+                        # compressed-tensors INT4 words hold q + 8: a symmetric zero is the
+                        # nibble 8; with zero points (nibble 0 = -8) the zero word is all zeros
+                        asym = f"{module}.weight_zero_point" in names
+                        assert pad.fill == ("00000000" if asym else "88888888"), t.name
                     else:
                         assert set(pad.fill) == {"0"}, (t.name, pad.fill)
 

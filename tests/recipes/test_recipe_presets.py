@@ -12,11 +12,13 @@ EXPECTED = {
     "deepseek_v3": "deepseek-v3",
     "deepseek_v4": "deepseek-v4-amd",
     "qwen3_5_moe": "qwen3.5-moe",
+    "qwen3_moe": "qwen3.5-moe",
 }
-#: presets of a model family several recipes cover: Qwen3-MoE matches qwen3.5-moe (its
-#: model_type and architecture are listed there); Qwen2-MoE the generic pass-through (HF names
+#: presets of a model family several recipes cover (Qwen3-MoE, compressed-tensors' Qwen3-MoE
+#: exports included, matches qwen3.5-moe: its model_type and architecture are listed there);
+#: Qwen2-MoE the generic pass-through (HF names
 #: are what vLLM's qwen2_moe.py loads; gpt-oss's names are what gpt_oss.py loads)
-EXPECTED_BY_PRESET = {"qwen2-moe": "generic", "qwen3-moe": "qwen3.5-moe", "gpt-oss": "generic"}
+EXPECTED_BY_PRESET = {"qwen2-moe": "generic", "gpt-oss": "generic"}
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))

@@ -15,7 +15,7 @@ vLLM 0.32's only CPU block-FP8 kernel refuses CPUs without AMX tiles in its ``is
 and the patch drops that test only, so they run on any x86 CPU (the kernel runs on AVX-512
 too). That kernel is not deterministic under CPU contention:
 two loads of the same bytes at TP 2 differed by up to 0.004 nat with two busy loops running
-beside them (bit for bit when the box is quiet), so FP8 comparisons allow ``FP8_TOLERANCE``.
+beside them (bit for bit when the machine is quiet), so FP8 comparisons allow ``FP8_TOLERANCE``.
 
 Bit for bit: an unpadded output and its source at the same TP; FP8 outputs and their source
 (within ``FP8_TOLERANCE``, see above)
