@@ -82,7 +82,7 @@ def engine_env(tp: int) -> dict[str, str]:
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB
     ncpu = os.cpu_count() or 1
     if tp > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
-        # one core per rank (a 2-core box: "0|1")
+        # one core per rank (a 2-core machine: "0|1")
         env["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(str(r % ncpu) for r in range(tp))
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -32,10 +32,10 @@ PY
 
 tests_rc=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  "$PY" -m pytest -p no:cacheprovider -q tests/runtime/test_gpu.py tests/verify/test_gpu.py \
+  "$PY" -m pytest -p no:cacheprovider tests/runtime/test_gpu.py tests/verify/test_gpu.py \
     > "$WORK/tests.log" 2>&1
   tests_rc=$?
-  echo "gpu tests: $(tail -1 "$WORK/tests.log") (exit $tests_rc)"
+  echo "gpu tests: $(grep -E '^[0-9]+ (passed|failed|skipped|error)' "$WORK/tests.log" | tail -1) (exit $tests_rc)"
   [ $tests_rc -ne 0 ] && grep -E "^(FAILED|ERROR)" "$WORK/tests.log"
 fi
 

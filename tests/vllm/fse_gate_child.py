@@ -1,7 +1,7 @@
 """Answers FSE-gate questions with the installed vLLM's own function (stdlib + vLLM only).
 
 Run by path with the vLLM interpreter; one JSON case per stdin line, one JSON answer per
-stdout line (vLLM is imported once, ~30 s on a loaded 2-core box). A case::
+stdout line (vLLM is imported once, ~30 s on a loaded 2-core machine). A case::
 
     {"cls": "quark" | "fp8" | "deepseek_v4_fp8" | "modelopt_fp8", "qc": {...},
      "hf": {"num_hidden_layers": 4, "expert_dtype": "fp4", "quantization_config": {...}},

@@ -254,3 +254,14 @@ def refold_shared(rank, n_routed: int):  # type: ignore[no-untyped-def]
     assert not [n for n in params if ".shared_experts." in n], "shared parameters left over"
     out.params, out.dtypes = params, dtypes
     return out
+
+
+def written_once_whole(out, src) -> None:  # type: ignore[no-untyped-def]
+    """Each parameter written once, and the same ones as from the source. gpt-oss's loader
+    writes each 3-D expert parameter whole (``shard_id=None, expert_id=None``), so the
+    per-expert slot counts of ``judge_checks.written_once`` do not apply."""
+    twice = {k: n for k, n in out.writes.items() if n != 1}
+    assert not twice, f"written more than once: {sorted(twice.items(), key=str)[:5]}"
+    assert {k[0] for k in out.writes} == {k[0] for k in src.writes}
+    experts = [k for k in out.writes if ".routed_experts." in k[0]]
+    assert experts and all(k[1:] == (None, None) for k in experts)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from judge_checks import written_once_whole
 
 from checkpoint_tool.vllm_run.judge import JudgeJob, run_judge
 
@@ -65,17 +66,6 @@ def same_or_padding(out, src, *, what: str) -> int:  # type: ignore[no-untyped-d
         assert not bool(a.eq(0xFF).any() or b.eq(0xFF).any()), f"{what}: {name}: NaN scales"
         assert bool(differ.any())
     return len(out.params)
-
-
-def written_once_whole(out, src) -> None:  # type: ignore[no-untyped-def]
-    """Each parameter written once, and the same ones as from the source. gpt-oss's loader
-    writes each 3-D expert parameter whole (``shard_id=None, expert_id=None``), so the
-    per-expert slot counts of ``judge_checks.written_once`` do not apply."""
-    twice = {k: n for k, n in out.writes.items() if n != 1}
-    assert not twice, f"written more than once: {sorted(twice.items(), key=str)[:5]}"
-    assert {k[0] for k in out.writes} == {k[0] for k in src.writes}
-    experts = [k for k in out.writes if ".routed_experts." in k[0]]
-    assert experts and all(k[1:] == (None, None) for k in experts)
 
 
 @pytest.mark.parametrize("tp", TPS)
