@@ -85,6 +85,11 @@ SCHEMES: dict[str, list[tuple[str, str, str]]] = {
         (".weight", "F8_E4M3", "[o, i]"),
         (".weight_scale", "BF16", "[o, 1]"),
     ],
+    # the same with F32 scales, as exports that keep their observers' dtype store them
+    "ct_fp8_channel_f32": [
+        (".weight", "F8_E4M3", "[o, i]"),
+        (".weight_scale", "F32", "[o, 1]"),
+    ],
     # pack-quantized INT4 (compressors/pack_quantized/base.py): eight values per I32 word,
     # a scale per group, the logical shape as I64 [2]
     "ct_int4_g32": [
