@@ -284,6 +284,10 @@ glm4_moe:
         (("rule: first_k_dense,", "rule: every_other,"), "every_other"),
         (("block: mlp}", "block: mlp}\n  naming: {shared_nam: x}"), "shared_nam"),
         (
+            ("block: mlp}", "block: mlp}\n  naming_by_model_type: {glm4_moe: {fused_order: x}}"),
+            "fused_order",
+        ),
+        (
             ("block: mlp}", "block: mlp}\n  mtp: {count: n, roots: {layers: [mtp]}}"),
             "every decoder root",
         ),

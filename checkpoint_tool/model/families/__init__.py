@@ -54,6 +54,10 @@ def family_of(config: dict[str, Any] | None) -> str:
 def loads_fused_experts(config: dict[str, Any] | None) -> bool:
     """Does the vLLM model of ``config``'s family read routed experts stored as fused 3-D
     tensors (the table's ``naming.routed_layout: fused_3d``, e.g. Llama-4: ``llama4.py``
-    ``Llama4Model.load_moe_expert_weights``)? Then a fused tensor needs no split."""
+    ``Llama4Model.load_moe_expert_weights``; per model type where the table says so, e.g.
+    Qwen3-VL-MoE: ``qwen3_vl_moe.py``)? Then a fused tensor needs no split."""
     family = family_of(config)
-    return family in FAMILIES and FAMILIES[family].naming.routed_layout == "fused_3d"
+    if family not in FAMILIES or not config:
+        return False
+    types = {doc.get("model_type") for doc in config_parts(config)}
+    return FAMILIES[family].naming_for(types).routed_layout == "fused_3d"

@@ -130,12 +130,13 @@ def build_facts(
     block = spec.layers.block
     types = {doc.get("model_type") for doc in config_parts(config)} - {None}
     n_mtp, stated = spec.mtp.count_of(cfg, types)  # type: ignore[arg-type]
+    naming = spec.naming_for(types)
     declared = spec.mtp.prefixes(n_mtp, root, n_layers, block, names)
     sizes = Sizes(n_routed, n_shared, moe_i, shared_i, cfg.opt_int(keys.top_k, 0))
     notes: list[str] = []
     mtp = present_mtp_layers(declared, names, notes, declared=stated)
     layers = [
-        layer_facts(i, prefix, sizes, names=names, default=spec.naming, is_mtp=i >= n_layers)
+        layer_facts(i, prefix, sizes, names=names, default=naming, is_mtp=i >= n_layers)
         for i, prefix in [(i, f"{root}.{i}.{block}") for i in moe] + mtp
     ]
     expert_dtype = cfg.get(keys.expert_dtype) if keys.expert_dtype else None

@@ -294,6 +294,10 @@ class FamilySpec(_Data):
     layers: Layers
     mtp: Mtp = Field(default_factory=Mtp)
     naming: ExpertNaming = Field(default_factory=ExpertNaming)
+    #: model_type -> naming fields that differ from ``naming`` for that model type (Qwen3-VL-MoE:
+    #: 3-D fused experts in ``[in, out]`` order, where the family's other models store them
+    #: per expert)
+    naming_by_model_type: dict[str, dict[str, Any]] = Field(default_factory=dict)
     fse: Fse = Field(default_factory=Fse)
     #: model_type -> routing defaults (model types of this family's engine code, listed
     #: where config.json may omit scoring_func / topk_method)
@@ -325,6 +329,24 @@ class FamilySpec(_Data):
         if unknown:
             raise ValueError(f"unknown naming field(s) {sorted(unknown)}")
         return value
+
+    @field_validator("naming_by_model_type")
+    @classmethod
+    def _known_override_fields(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        for fields in value.values():
+            cls._known_naming_fields(fields)
+            ExpertNaming.model_validate(fields)
+        return value
+
+    def naming_for(self, model_types: Collection[str | None]) -> ExpertNaming:
+        """The default naming of a model of ``model_types``: ``naming`` with the first matching
+        ``naming_by_model_type`` entry (in sorted model-type order) applied."""
+        for model_type in sorted(t for t in model_types if t):
+            if model_type in self.naming_by_model_type:
+                return ExpertNaming.model_validate(
+                    {**self.naming.model_dump(), **self.naming_by_model_type[model_type]}
+                )
+        return self.naming
 
 
 @lru_cache(maxsize=4)
