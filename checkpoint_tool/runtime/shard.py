@@ -19,13 +19,21 @@ rank 1 gets gate/up rows 64..127 (32 real + 32 zero) and down columns 64..127.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 import torch
 
-from checkpoint_tool.errors import AlignmentError, UsageError
+from checkpoint_tool.errors import AlignmentError, InputError, UsageError
 from checkpoint_tool.quant.codecs import get_codec
+from checkpoint_tool.quant.codecs.ops import apply_pad, apply_region
+from checkpoint_tool.quant.scheme import Scheme
 from checkpoint_tool.quant.storage import round_up
+from checkpoint_tool.regions import Pad, Region
 from checkpoint_tool.runtime.weights import ExpertWeights, MoeLayerWeights, Projection
+
+#: a projection's form: its scheme and each role's storage shape (every expert of a layer has
+#: the same few, so the slicing plan of a form is worked out once: ``_slice_plan``)
+Form = tuple[Scheme, tuple[tuple[str, tuple[int, ...]], ...]]
 
 
 def shard_layer(
@@ -41,13 +49,27 @@ def rank_intermediate(ex: ExpertWeights, tp: int, *, pad_multiple: int = 1) -> i
     """Padded intermediate size per rank of expert ``ex`` (a multiple of every alignment)."""
     shape_gu = (ex.gate.out_features, ex.gate.in_features)
     shape_d = (ex.down.out_features, ex.down.in_features)
+    schemes = (ex.gate.scheme, ex.up.scheme, ex.down.scheme)
+    return _memo(_rank_intermediate, schemes, shape_gu, shape_d, ex.intermediate, tp, pad_multiple)
+
+
+@lru_cache(maxsize=256)
+def _rank_intermediate(
+    schemes: tuple[Scheme, Scheme, Scheme],
+    shape_gu: tuple[int, int],
+    shape_d: tuple[int, int],
+    intermediate: int,
+    tp: int,
+    pad_multiple: int,
+) -> int:
+    gate, up, down = (get_codec(s) for s in schemes)
     align = math.lcm(
-        _codec(ex.gate).alignment(-2, shape_gu),
-        _codec(ex.up).alignment(-2, shape_gu),
-        _codec(ex.down).alignment(-1, shape_d),
+        gate.alignment(-2, shape_gu),
+        up.alignment(-2, shape_gu),
+        down.alignment(-1, shape_d),
         max(1, pad_multiple),
     )
-    return round_up(-(-ex.intermediate // tp), align)
+    return round_up(-(-intermediate // tp), align)
 
 
 def shard_expert(ex: ExpertWeights, tp: int, rank: int, *, pad_multiple: int = 1) -> ExpertWeights:
@@ -67,24 +89,56 @@ def shard_expert(ex: ExpertWeights, tp: int, rank: int, *, pad_multiple: int = 1
 
 
 def _slice(proj: Projection, dim: int, start: int, stop: int, padded: int) -> Projection:
-    codec = _codec(proj)
-    parts = dict(proj.parts)
-    size = proj.out_features if dim == -2 else proj.in_features
     try:
-        if padded > size:
-            parts = codec.pad(parts, dim, padded - size)
-        parts = codec.slice(parts, dim, start, stop)
+        pads, regions = _memo(_slice_plan, _form(proj), dim, start, stop, padded)
     except AlignmentError as exc:
         raise AlignmentError(
             f"{proj.label}: TP slice [{start}, {stop}) on dim {dim}: {exc}"
         ) from exc
+    except InputError:
+        get_codec(proj.scheme).check_parts(proj.parts, name=proj.name)  # the same error, named
+        raise
+    parts = {}
+    for role, t in proj.parts.items():
+        pad, region = pads.get(role), regions.get(role)
+        if pad is not None:
+            t = apply_pad(t, pad)
+        parts[role] = apply_region(t, region) if region is not None else t
     bias = proj.bias
     if bias is not None and dim == -2:
+        size = proj.out_features
         if padded > size:
             bias = torch.cat([bias, bias.new_zeros(padded - size)])
         bias = bias[start:stop]
     return Projection(parts, proj.scheme, proj.name, bias)
 
 
-def _codec(proj: Projection):  # -> codecs.WeightCodec
-    return get_codec(proj.scheme)
+@lru_cache(maxsize=1024)
+def _slice_plan(
+    form: Form, dim: int, start: int, stop: int, padded: int
+) -> tuple[dict[str, Pad | None], dict[str, Region | None]]:
+    """(pads, then regions) per role that take a projection of ``form`` to its TP slice
+    ``[start, stop)`` of ``dim``, padded to ``padded`` on that dim first: the codec's
+    ``pad`` then ``slice``, worked out (and the form checked) once per form."""
+    codec = get_codec(form[0])
+    shape = codec.check_parts(dict(form[1]))
+    axis = dim % len(shape)
+    pads: dict[str, Pad | None] = {}
+    if padded > shape[axis]:
+        pads = codec.storage_pads(shape, dim, padded - shape[axis])
+        shape = (*shape[:axis], padded, *shape[axis + 1 :])
+    return pads, codec.storage_regions(shape, dim, start, stop)
+
+
+def _memo(fn, *key):  # type: ignore[no-untyped-def]
+    """``fn(*key)`` from its cache; a scheme that cannot be hashed (one holding a dict, such
+    as a per-tensor override table) is worked out every time."""
+    try:
+        hash(key)
+    except TypeError:
+        return fn.__wrapped__(*key)
+    return fn(*key)
+
+
+def _form(proj: Projection) -> Form:
+    return proj.scheme, tuple((r, tuple(t.shape)) for r, t in proj.parts.items())

@@ -1,10 +1,13 @@
 """One numeric layer: read both checkpoints' layer, run the reference and the runtime, compare.
 
 ``load_layer`` does the reads and the routing on the CPU (the read-ahead thread of
-``verify.numeric`` runs it one layer ahead); ``compute_layer`` decodes the source experts and
-runs the float64 reference on the check's device (on a GPU the encoded weights are moved there
-and decoded by the codecs there), runs the converted layer through the runtime, and compares
-against the format's tolerance. Each stage's seconds land in the ``LayerResult``.
+``verify.numeric`` runs it one layer ahead) and, given a ``reference_device``, the source
+side's reference as soon as the source experts are in, while the converted experts are still
+being read: it decodes the source experts and runs the float64 reference on the check's
+device (on a GPU the encoded weights are moved there and decoded by the codecs there).
+``compute_layer`` runs the converted layer through the runtime (and the reference, where
+``load_layer`` did not) and compares against the format's tolerance. Each stage's seconds
+land in the ``LayerResult``; an overlapped reference's seconds are also inside ``read``.
 
 Example::
 
@@ -63,16 +66,23 @@ class Loaded:
     dst_routing: RoutingConfig | None = None
     dst_topk: tuple[torch.Tensor, torch.Tensor] | None = None
     problems: list[str] = field(default_factory=list)
+    #: the source side's reference (output, decode s, reference s), computed while the
+    #: converted side was still being read (``load_layer(..., reference_device=...)``)
+    reference: tuple[torch.Tensor, float, float] | None = None
+    #: the source side's reference could not be computed (a message for the result)
+    reference_error: str | None = None
     #: the result is final (the layer could not be read or routed)
     done: bool = False
 
 
 def load_layer(
     src: CheckpointView, dst: ConvertedView, policy: LayerPolicy, options: NumericOptions,
-    bf16: bool, tp: int, device: str | None = None,
+    bf16: bool, tp: int, device: str | None = None, reference_device: str | None = None,
 ) -> Loaded:  # fmt: skip
     """Inputs, both routings (CPU) and both sides' chosen experts, read onto ``device`` (None:
-    the CPU; a GPU: through pinned staging, ``layers.fastread``)."""
+    the CPU; a GPU: through pinned staging, ``layers.fastread``). With ``reference_device``
+    the source's float64 reference runs there as soon as the source experts are in, while
+    the converted side is still being read."""
     t0 = time.monotonic()
     result = LayerResult(
         status="skipped",
@@ -109,7 +119,14 @@ def load_layer(
         from checkpoint_tool.verify.requant import requantized_reference
 
         loaded = src.layer(layer, experts=used, router=src_router, device=device)
-        return requantized_reference(loaded, layer, dst.ckpt_metadata())
+        loaded = requantized_reference(loaded, layer, dst.ckpt_metadata())
+        if reference_device is not None:
+            topk = (remap_experts(ids_s, loaded.slot_of), w_s)
+            try:
+                out.reference = _reference(x, loaded, src_routing, topk, reference_device)
+            except CkptError as exc:
+                out.reference_error = f"source: {exc.message}"
+        return loaded
 
     # both checkpoints' experts at once (the reading threads are shared; both sides wait on
     # the disk, not on each other)
@@ -157,8 +174,11 @@ def compute_layer(
     assert loaded.x is not None and loaded.src_layer is not None and loaded.src_topk is not None
     assert loaded.src_routing is not None and loaded.dst_topk is not None
     bf16 = bf16_activations(options.backend, device)
+    if loaded.reference_error is not None:
+        result.message = loaded.reference_error
+        return _timed(result, t0)
     try:
-        ref, decode_s, ref_s = _reference(
+        ref, decode_s, ref_s = loaded.reference or _reference(
             loaded.x, loaded.src_layer, loaded.src_routing, loaded.src_topk, device
         )
     except CkptError as exc:

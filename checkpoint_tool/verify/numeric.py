@@ -195,7 +195,10 @@ def _run_layers(
         progress.start(len(todo))
     with ThreadPoolExecutor(1, thread_name_prefix="ckpt-read-ahead") as reader:
         on = None if device == "cpu" else device  # experts read straight onto the GPU
-        load = partial(load_layer, src, dst, options=options, bf16=bf16, tp=tp, device=on)
+        load = partial(
+            load_layer, src, dst, options=options, bf16=bf16, tp=tp, device=on,
+            reference_device=device,
+        )  # fmt: skip
         ahead: Future[Loaded] | None = reader.submit(load, todo[0]) if todo else None
         for i, _policy in enumerate(todo):
             assert ahead is not None

@@ -103,10 +103,10 @@ class LayerResult(BaseModel):
     tolerance_basis: str = ""
     reference_norm: float | None = None
     message: str | None = None
-    #: wall time of the layer: ``read`` (both checkpoints, in the read-ahead thread) plus its
-    #: compute; the compute splits into ``decode`` (source weights to the device and through
-    #: the codecs), ``reference`` (float64 products) and ``runtime`` (converted weights to the
-    #: device and the MoE kernels)
+    #: wall time of the layer: ``read`` (both checkpoints, in the read-ahead thread) plus the
+    #: ``runtime`` (converted weights sliced per rank, the MoE kernels); ``decode`` (source
+    #: weights through the codecs on the device) and ``reference`` (float64 products) run
+    #: while the converted side is still being read, so they are inside ``read``
     seconds: float = 0.0
     read_seconds: float = 0.0
     decode_seconds: float = 0.0

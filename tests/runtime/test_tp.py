@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from checkpoint_tool.errors import UsageError
+from checkpoint_tool.errors import InputError, UsageError
 from checkpoint_tool.runtime.moe import prepare_moe, run_moe, run_prepared
 from checkpoint_tool.runtime.reference import dequantize_projection, moe_reference
 from checkpoint_tool.runtime.shard import rank_intermediate, shard_expert, shard_layer
+from checkpoint_tool.runtime.weights import ExpertWeights, Projection
 
 from .factory import decode_projection, fuse_shared, random_layer
 from .test_kernels import ROUTING, rel_err
@@ -37,6 +38,48 @@ def test_shard_expert_pads_and_slices(fmt: str, tp: int, pad_multiple: int, per_
     torch.testing.assert_close(gate[:96], full[0], rtol=0, atol=0)
     torch.testing.assert_close(down[:, :96], full[2], rtol=0, atol=0)
     assert not gate[96:].any() and not down[:, 96:].any(), "padding must be zero weights"
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4", "fp8_block"])
+def test_shard_layer_slices_every_expert_like_the_codec(fmt: str) -> None:
+    """Slicing plans are worked out once per form; each expert still gets its own bytes,
+    the same tensors as the codec's own ``pad`` then ``slice`` of that expert."""
+    from checkpoint_tool.quant.codecs import get_codec
+
+    layer = random_layer(fmt, hidden=64, inter=96, n_routed=5, n_shared=0, block=64, seed=11)
+    tp = 2
+    per_rank = rank_intermediate(layer.experts[0], tp)
+    for rank in range(tp):
+        sharded = shard_layer(layer, tp, rank)
+        for ex, got in zip(layer.experts, sharded.experts, strict=True):
+            for proj, sliced, dim in ((ex.gate, got.gate, -2), (ex.down, got.down, -1)):
+                codec = get_codec(proj.scheme)
+                parts = codec.pad(proj.parts, dim, tp * per_rank - 96)
+                want = codec.slice(parts, dim, rank * per_rank, (rank + 1) * per_rank)
+                assert want.keys() == sliced.parts.keys()
+                for role, t in want.items():
+                    assert _same_bytes(sliced.parts[role], t), (proj.label, role, rank)
+
+
+def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (
+        a.dtype == b.dtype
+        and a.shape == b.shape
+        and torch.equal(
+            a.reshape(-1).contiguous().view(torch.uint8),
+            b.reshape(-1).contiguous().view(torch.uint8),
+        )
+    )
+
+
+def test_shard_errors_name_the_projection() -> None:
+    layer = random_layer("mxfp4", hidden=64, inter=96, n_routed=2, n_shared=0, seed=3)
+    ex = layer.experts[1]
+    bad = Projection(
+        {**ex.up.parts, "scale": ex.up.parts["scale"][:, :1]}, ex.up.scheme, "experts.1.up_proj"
+    )
+    with pytest.raises(InputError, match=r"experts\.1\.up_proj"):
+        shard_expert(ExpertWeights(ex.gate, bad, ex.down), 2, 0)
 
 
 @pytest.mark.parametrize(("fmt", "tp"), [("mxfp4", 1), ("mxfp4", 2), ("nvfp4", 4)])
