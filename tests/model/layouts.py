@@ -530,6 +530,51 @@ def gpt_oss(*, layers: int = 2) -> tuple[dict, Tensors]:
     return config, t
 
 
+def bailing_moe(*, layers: int = 3, first_dense: int = 1) -> tuple[dict, Tensors]:
+    """inclusionAI/Ling-lite-1.5's layout (vLLM ``model_executor/models/bailing_moe.py``):
+    layers below ``first_k_dense_replace`` dense, the rest MoE with experts ``mlp.experts.E.*``
+    and ``num_shared_experts`` shared experts as one ``mlp.shared_experts`` MLP, attention as
+    one ``attention.query_key_value`` and ``attention.dense``, embeddings
+    ``model.word_embeddings``."""
+    heads, kv, hd = 4, 2, 32
+    config = {
+        "architectures": ["BailingMoeForCausalLM"],
+        "model_type": "bailing_moe",
+        "hidden_size": H,
+        "intermediate_size": 2 * INTER,
+        "moe_intermediate_size": INTER,
+        "num_hidden_layers": layers,
+        "first_k_dense_replace": first_dense,
+        "num_experts": E,
+        "num_experts_per_tok": 2,
+        "num_shared_experts": 2,
+        "norm_topk_prob": True,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "use_bias": False,
+        "use_qkv_bias": False,
+        "vocab_size": 128,
+    }
+    t: Tensors = {
+        "model.word_embeddings.weight": ("BF16", (128, H)),
+        "model.norm.weight": ("BF16", (H,)),
+        "lm_head.weight": ("BF16", (128, H)),
+    }
+    for i in range(layers):
+        base = f"model.layers.{i}"
+        t[f"{base}.attention.query_key_value.weight"] = ("BF16", ((heads + 2 * kv) * hd, H))
+        t[f"{base}.attention.dense.weight"] = ("BF16", (H, heads * hd))
+        mlp = f"{base}.mlp"
+        if i < first_dense:
+            _swiglu(t, mlp, 2 * INTER, False)
+            continue
+        t[f"{mlp}.gate.weight"] = ("BF16", (E, H))
+        for e in range(E):
+            _swiglu(t, f"{mlp}.experts.{e}", INTER, False)
+        _swiglu(t, f"{mlp}.shared_experts", 2 * INTER, False)
+    return config, t
+
+
 #: family -> a builder of one of its published layouts (families without a synth preset)
 LAYOUTS = {
     "ernie4_5_moe": ernie45_moe,
@@ -539,4 +584,5 @@ LAYOUTS = {
     "glm5_next": glm5_next,
     "axk1": axk1,
     "longcat_flash": longcat_flash,
+    "bailing_moe": bailing_moe,
 }
