@@ -575,6 +575,50 @@ def bailing_moe(*, layers: int = 3, first_dense: int = 1) -> tuple[dict, Tensors
     return config, t
 
 
+def hunyuan_v1_moe(*, layers: int = 2) -> tuple[dict, Tensors]:
+    """tencent/Hunyuan-A13B-Instruct's layout (vLLM 0.33 serves it by the Transformers backend
+    over transformers' ``modeling_hunyuan_v1_moe.py``): every layer MoE, router
+    ``mlp.gate.wg``, experts ``mlp.experts.E.*`` and one ``mlp.shared_mlp``, both
+    ``intermediate_size`` wide; ``moe_intermediate_size`` / ``moe_topk`` / ``num_shared_expert``
+    as lists per layer, QK norm ``self_attn.query_layernorm`` / ``key_layernorm``."""
+    heads, kv, hd = 4, 2, 32
+    config = {
+        "architectures": ["HunYuanMoEV1ForCausalLM"],
+        "model_type": "hunyuan_v1_moe",
+        "hidden_size": H,
+        "intermediate_size": INTER,
+        "moe_intermediate_size": [INTER] * layers,
+        "moe_topk": [2] * layers,
+        "num_shared_expert": [1] * layers,
+        "num_hidden_layers": layers,
+        "num_experts": E,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "attention_head_dim": hd,
+        "use_mixed_mlp_moe": True,
+        "use_qk_norm": True,
+        "vocab_size": 128,
+        "tie_word_embeddings": True,
+    }
+    t: Tensors = {
+        "model.embed_tokens.weight": ("BF16", (128, H)),
+        "model.norm.weight": ("BF16", (H,)),
+    }
+    for i in range(layers):
+        base = f"model.layers.{i}"
+        for proj, rows in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
+            t[f"{base}.self_attn.{proj}.weight"] = ("BF16", (rows, H))
+        t[f"{base}.self_attn.o_proj.weight"] = ("BF16", (H, heads * hd))
+        t[f"{base}.self_attn.query_layernorm.weight"] = ("BF16", (hd,))
+        t[f"{base}.self_attn.key_layernorm.weight"] = ("BF16", (hd,))
+        mlp = f"{base}.mlp"
+        t[f"{mlp}.gate.wg.weight"] = ("BF16", (E, H))
+        for e in range(E):
+            _swiglu(t, f"{mlp}.experts.{e}", INTER, False)
+        _swiglu(t, f"{mlp}.shared_mlp", INTER, False)
+    return config, t
+
+
 #: family -> a builder of one of its published layouts (families without a synth preset)
 LAYOUTS = {
     "ernie4_5_moe": ernie45_moe,
@@ -585,4 +629,5 @@ LAYOUTS = {
     "axk1": axk1,
     "longcat_flash": longcat_flash,
     "bailing_moe": bailing_moe,
+    "hunyuan_v1_moe": hunyuan_v1_moe,
 }
