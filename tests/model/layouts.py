@@ -619,6 +619,43 @@ def hunyuan_v1_moe(*, layers: int = 2) -> tuple[dict, Tensors]:
     return config, t
 
 
+def dots1(*, layers: int = 3) -> tuple[dict, Tensors]:
+    """rednote-hilab/dots.llm1.inst's layout (vLLM 0.33 serves it by the Transformers backend
+    over transformers' ``modeling_dots1.py``): layer 0 dense, then MoE with router
+    ``mlp.gate`` and its ``e_score_correction_bias``, experts ``mlp.experts.E.*`` and
+    ``n_shared_experts`` shared experts as one ``mlp.shared_experts`` MLP."""
+    config = {
+        "architectures": ["Dots1ForCausalLM"],
+        "model_type": "dots1",
+        "hidden_size": H,
+        "intermediate_size": 2 * INTER,
+        "moe_intermediate_size": INTER,
+        "num_hidden_layers": layers,
+        "first_k_dense_replace": 1,
+        "n_routed_experts": E,
+        "n_shared_experts": 2,
+        "num_experts_per_tok": 2,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "vocab_size": 128,
+    }
+    t: Tensors = {
+        "model.embed_tokens.weight": ("BF16", (128, H)),
+        "lm_head.weight": ("BF16", (128, H)),
+    }
+    for i in range(layers):
+        mlp = f"model.layers.{i}.mlp"
+        if i < 1:
+            _swiglu(t, mlp, 2 * INTER, False)
+            continue
+        t[f"{mlp}.gate.weight"] = ("BF16", (E, H))
+        t[f"{mlp}.gate.e_score_correction_bias"] = ("F32", (E,))
+        for e in range(E):
+            _swiglu(t, f"{mlp}.experts.{e}", INTER, False)
+        _swiglu(t, f"{mlp}.shared_experts", 2 * INTER, False)
+    return config, t
+
+
 #: family -> a builder of one of its published layouts (families without a synth preset)
 LAYOUTS = {
     "ernie4_5_moe": ernie45_moe,
@@ -630,4 +667,5 @@ LAYOUTS = {
     "longcat_flash": longcat_flash,
     "bailing_moe": bailing_moe,
     "hunyuan_v1_moe": hunyuan_v1_moe,
+    "dots1": dots1,
 }
