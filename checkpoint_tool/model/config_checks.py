@@ -12,6 +12,10 @@ field is read by the one config accessor (``config_field``: a multimodal wrapper
   experts, hidden 7168, intermediate 18432; Qwen3-Next: 512 experts; the 1024-expert scale
   preset) and low enough that the per-layer and per-expert tables stay small;
 - ``num_experts_per_tok`` at most the routed expert count;
+- ``PER_LAYER`` fields may instead be a non-empty list of such integers, one per layer:
+  vLLM's Transformers backend picks ``moe_intermediate_size[layer_idx]`` from a list
+  (``model_executor/models/transformers/moe.py`` ``recursive_replace``:
+  ``maybe_per_layer(intermediate_size, layer_idx)``), as Hunyuan-A13B's config.json spells it;
 - ``POSITIVE_FLOATS`` (``rms_norm_eps``, ``routed_scaling_factor``): a finite number > 0
   (NaN and infinity never get here: ``catalog.json_input`` refuses them as not JSON).
 
@@ -56,6 +60,8 @@ NON_NEGATIVE: dict[str, int] = {
     "shared_expert_intermediate_size": MAX_WIDTH,
 }
 POSITIVE_FLOATS = ("rms_norm_eps", "routed_scaling_factor")
+#: fields vLLM also reads as a list per layer (each entry checked as the scalar would be)
+PER_LAYER = frozenset({"moe_intermediate_size"})
 
 
 def _fail(key: str, value: Any, why: str) -> InputError:
@@ -69,6 +75,16 @@ def _int(config: Mapping[str, Any], key: str, low: int, high: int) -> int | None
     value = config_field(config, key)
     if value is None:
         return None
+    if key in PER_LAYER and isinstance(value, list):
+        if not value:
+            raise _fail(key, value, "is an empty list")
+        for entry in value:
+            _in_range(key, entry, low, high)
+        return None
+    return _in_range(key, value, low, high)
+
+
+def _in_range(key: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _fail(key, value, "is not an integer")
     if value < low:

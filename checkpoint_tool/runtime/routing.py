@@ -77,6 +77,15 @@ class RoutingConfig(BaseModel):
                 f"{source}: no top-k field ({' / '.join(keys)}); "
                 "this is not a MoE config, or pass the routing config explicitly"
             )
+        if isinstance(top_k, list):
+            # a top-k per layer (Hunyuan's moe_topk; vLLM's Transformers backend picks
+            # entry layer_idx, transformers/moe.py maybe_per_layer): one value routes them all
+            if not top_k or len(set(top_k)) != 1:
+                raise InputError(
+                    f"{source}: the top-k per layer {top_k[:8]!r} is not one value; the "
+                    "runtime routes every layer with one top-k"
+                )
+            top_k = top_k[0]
         scoring = config.get("scoring_func") or (defaults.scoring_func if defaults else "softmax")
         method = config.get("topk_method") or (defaults.topk_method if defaults else "greedy")
         if scoring not in ("softmax", "sigmoid", "sqrtsoftplus"):

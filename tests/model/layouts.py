@@ -530,6 +530,132 @@ def gpt_oss(*, layers: int = 2) -> tuple[dict, Tensors]:
     return config, t
 
 
+def bailing_moe(*, layers: int = 3, first_dense: int = 1) -> tuple[dict, Tensors]:
+    """inclusionAI/Ling-lite-1.5's layout (vLLM ``model_executor/models/bailing_moe.py``):
+    layers below ``first_k_dense_replace`` dense, the rest MoE with experts ``mlp.experts.E.*``
+    and ``num_shared_experts`` shared experts as one ``mlp.shared_experts`` MLP, attention as
+    one ``attention.query_key_value`` and ``attention.dense``, embeddings
+    ``model.word_embeddings``."""
+    heads, kv, hd = 4, 2, 32
+    config = {
+        "architectures": ["BailingMoeForCausalLM"],
+        "model_type": "bailing_moe",
+        "hidden_size": H,
+        "intermediate_size": 2 * INTER,
+        "moe_intermediate_size": INTER,
+        "num_hidden_layers": layers,
+        "first_k_dense_replace": first_dense,
+        "num_experts": E,
+        "num_experts_per_tok": 2,
+        "num_shared_experts": 2,
+        "norm_topk_prob": True,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "use_bias": False,
+        "use_qkv_bias": False,
+        "vocab_size": 128,
+    }
+    t: Tensors = {
+        "model.word_embeddings.weight": ("BF16", (128, H)),
+        "model.norm.weight": ("BF16", (H,)),
+        "lm_head.weight": ("BF16", (128, H)),
+    }
+    for i in range(layers):
+        base = f"model.layers.{i}"
+        t[f"{base}.attention.query_key_value.weight"] = ("BF16", ((heads + 2 * kv) * hd, H))
+        t[f"{base}.attention.dense.weight"] = ("BF16", (H, heads * hd))
+        mlp = f"{base}.mlp"
+        if i < first_dense:
+            _swiglu(t, mlp, 2 * INTER, False)
+            continue
+        t[f"{mlp}.gate.weight"] = ("BF16", (E, H))
+        for e in range(E):
+            _swiglu(t, f"{mlp}.experts.{e}", INTER, False)
+        _swiglu(t, f"{mlp}.shared_experts", 2 * INTER, False)
+    return config, t
+
+
+def hunyuan_v1_moe(*, layers: int = 2) -> tuple[dict, Tensors]:
+    """tencent/Hunyuan-A13B-Instruct's layout (vLLM 0.33 serves it by the Transformers backend
+    over transformers' ``modeling_hunyuan_v1_moe.py``): every layer MoE, router
+    ``mlp.gate.wg``, experts ``mlp.experts.E.*`` and one ``mlp.shared_mlp``, both
+    ``intermediate_size`` wide; ``moe_intermediate_size`` / ``moe_topk`` / ``num_shared_expert``
+    as lists per layer, QK norm ``self_attn.query_layernorm`` / ``key_layernorm``."""
+    heads, kv, hd = 4, 2, 32
+    config = {
+        "architectures": ["HunYuanMoEV1ForCausalLM"],
+        "model_type": "hunyuan_v1_moe",
+        "hidden_size": H,
+        "intermediate_size": INTER,
+        "moe_intermediate_size": [INTER] * layers,
+        "moe_topk": [2] * layers,
+        "num_shared_expert": [1] * layers,
+        "num_hidden_layers": layers,
+        "num_experts": E,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv,
+        "attention_head_dim": hd,
+        "use_mixed_mlp_moe": True,
+        "use_qk_norm": True,
+        "vocab_size": 128,
+        "tie_word_embeddings": True,
+    }
+    t: Tensors = {
+        "model.embed_tokens.weight": ("BF16", (128, H)),
+        "model.norm.weight": ("BF16", (H,)),
+    }
+    for i in range(layers):
+        base = f"model.layers.{i}"
+        for proj, rows in (("q_proj", heads * hd), ("k_proj", kv * hd), ("v_proj", kv * hd)):
+            t[f"{base}.self_attn.{proj}.weight"] = ("BF16", (rows, H))
+        t[f"{base}.self_attn.o_proj.weight"] = ("BF16", (H, heads * hd))
+        t[f"{base}.self_attn.query_layernorm.weight"] = ("BF16", (hd,))
+        t[f"{base}.self_attn.key_layernorm.weight"] = ("BF16", (hd,))
+        mlp = f"{base}.mlp"
+        t[f"{mlp}.gate.wg.weight"] = ("BF16", (E, H))
+        for e in range(E):
+            _swiglu(t, f"{mlp}.experts.{e}", INTER, False)
+        _swiglu(t, f"{mlp}.shared_mlp", INTER, False)
+    return config, t
+
+
+def dots1(*, layers: int = 3) -> tuple[dict, Tensors]:
+    """rednote-hilab/dots.llm1.inst's layout (vLLM 0.33 serves it by the Transformers backend
+    over transformers' ``modeling_dots1.py``): layer 0 dense, then MoE with router
+    ``mlp.gate`` and its ``e_score_correction_bias``, experts ``mlp.experts.E.*`` and
+    ``n_shared_experts`` shared experts as one ``mlp.shared_experts`` MLP."""
+    config = {
+        "architectures": ["Dots1ForCausalLM"],
+        "model_type": "dots1",
+        "hidden_size": H,
+        "intermediate_size": 2 * INTER,
+        "moe_intermediate_size": INTER,
+        "num_hidden_layers": layers,
+        "first_k_dense_replace": 1,
+        "n_routed_experts": E,
+        "n_shared_experts": 2,
+        "num_experts_per_tok": 2,
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+        "vocab_size": 128,
+    }
+    t: Tensors = {
+        "model.embed_tokens.weight": ("BF16", (128, H)),
+        "lm_head.weight": ("BF16", (128, H)),
+    }
+    for i in range(layers):
+        mlp = f"model.layers.{i}.mlp"
+        if i < 1:
+            _swiglu(t, mlp, 2 * INTER, False)
+            continue
+        t[f"{mlp}.gate.weight"] = ("BF16", (E, H))
+        t[f"{mlp}.gate.e_score_correction_bias"] = ("F32", (E,))
+        for e in range(E):
+            _swiglu(t, f"{mlp}.experts.{e}", INTER, False)
+        _swiglu(t, f"{mlp}.shared_experts", 2 * INTER, False)
+    return config, t
+
+
 #: family -> a builder of one of its published layouts (families without a synth preset)
 LAYOUTS = {
     "ernie4_5_moe": ernie45_moe,
@@ -539,4 +665,7 @@ LAYOUTS = {
     "glm5_next": glm5_next,
     "axk1": axk1,
     "longcat_flash": longcat_flash,
+    "bailing_moe": bailing_moe,
+    "hunyuan_v1_moe": hunyuan_v1_moe,
+    "dots1": dots1,
 }
