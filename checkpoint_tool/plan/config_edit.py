@@ -63,6 +63,20 @@ def _set_key(config: dict[str, Any], key: str, value: Any) -> None:
         doc[key] = value
 
 
+#: a per-layer list of expert widths some configs carry beside their width key (Hunyuan MoE
+#: V1: ``moe_intermediate_size: [3072, ...]``, read per layer by vLLM's Transformers backend,
+#: ``transformers/moe.py`` ``recursive_replace``)
+PER_LAYER_WIDTH_KEY = "moe_intermediate_size"
+
+
+def _set_per_layer(config: dict[str, Any], key: str, size: int, padded: int) -> None:
+    """Entries equal to ``size`` of a per-layer list ``key`` -> ``padded``, in every part."""
+    for doc in cast(list[dict[str, Any]], config_parts(config)):
+        value = doc.get(key)
+        if isinstance(value, list):
+            doc[key] = [padded if v == size else v for v in value]
+
+
 def _rename_list(entries: list[Any], renames: Mapping[str, list[str]]) -> tuple[list[Any], int]:
     out: list[Any] = []
     changed = 0
@@ -143,6 +157,7 @@ def edit_config(
         and geometry.padded != geometry.size
     ):
         _set_key(out, geometry.size_key, geometry.padded)
+        _set_per_layer(out, PER_LAYER_WIDTH_KEY, geometry.size, geometry.padded)
         notes.append(
             f"config.json: {geometry.size_key} {geometry.size} -> {geometry.padded} (padded "
             f"so each of {geometry.moe_tp} rank(s) holds {geometry.padded // geometry.moe_tp})"

@@ -182,3 +182,24 @@ def test_planned_files_respect_max_shard_size(synth_ckpt):
         assert f.nbytes <= 400_000 or len(f.tensors) == 1
     assert sum(s.nbytes for s in plan.summary.files) == plan.summary.output_bytes
     json.dumps(plan_dump(plan))
+
+
+def test_a_per_layer_width_list_is_padded_with_the_width_key():
+    """Hunyuan MoE V1 keeps ``moe_intermediate_size`` as a per-layer list beside its width key
+    ``intermediate_size``; vLLM's Transformers backend reads the list entry of each layer, so
+    a padded output rewrites both (entries of another width are left alone)."""
+    from checkpoint_tool.plan.config_edit import edit_config
+    from checkpoint_tool.plan.geometry import Geometry
+
+    src = {"intermediate_size": 160, "moe_intermediate_size": [160, 160, 96], "hidden_size": 64}
+    geo = Geometry(tp=2, moe_tp=2, size=160, padded=192, size_key="intermediate_size")
+    out, _ = edit_config(src, geometry=geo, module_renames={}, metadata={})
+    assert out is not None
+    assert out["intermediate_size"] == 192
+    assert out["moe_intermediate_size"] == [192, 192, 96]
+    assert src["moe_intermediate_size"] == [160, 160, 96], "the source config is not edited"
+    unpadded, _ = edit_config(
+        src, geometry=Geometry(size=160, padded=160, size_key="intermediate_size"),
+        module_renames={}, metadata={},
+    )  # fmt: skip
+    assert unpadded is not None and unpadded["moe_intermediate_size"] == [160, 160, 96]
