@@ -134,10 +134,9 @@ def _memo(fn, *key):  # type: ignore[no-untyped-def]
     """``fn(*key)`` from its cache; a scheme that cannot be hashed (one holding a dict, such
     as a per-tensor override table) is worked out every time."""
     try:
-        hash(key)
-    except TypeError:
+        return fn(*key)
+    except TypeError:  # unhashable: lru_cache raises before calling ``fn``
         return fn.__wrapped__(*key)
-    return fn(*key)
 
 
 def _form(proj: Projection) -> Form:
