@@ -39,8 +39,10 @@ CASES = (
     "ernie-4.5-21b-a3b",
     "gpt-oss-20b",
 )
-#: (case, TP): each at TP 1 and TP 2
-CELLS = [(case, tp) for case in CASES for tp in (1, 2)]
+#: (case, TP): each at TP 1 and TP 2; gpt-oss-20b at TP 1 only (at TP 2 its experts are
+#: padded for vLLM's MXFP4 backends, so they differ from the source's load by that padding:
+#: test_gpt_oss_judge.py judges TP 2 padding-aware)
+CELLS = [(case, tp) for case in CASES for tp in (1, 2) if (case, tp) != ("gpt-oss-20b", 2)]
 #: cases whose loader writes each 3-D expert parameter whole (gpt_oss.py _load_weights_mxfp4)
 WHOLE_EXPERTS = {"gpt-oss-20b"}
 
