@@ -49,10 +49,14 @@ $(VLLM_STAMP): pyproject.toml engine_judge/pyproject.toml
 demo: $(STAMP)
 	$(BIN)/ckpt demo
 
+# the suite's tests are independent: one pytest-xdist worker per core (PYTEST_WORKERS= runs
+# them in one process)
+PYTEST_WORKERS ?= -n logical
+
 test: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_WORKERS)
 
 # the engine tier: tests/vllm load ckpt's outputs in vLLM (skipped by `make test` without it)
 test-vllm: $(VLLM_STAMP)
@@ -61,7 +65,7 @@ test-vllm: $(VLLM_STAMP)
 # the support matrix (README): lowest declared versions on this Python; newest in a Debian 13 chroot.
 # Both leave out the `slow` tests (full-size sparse layouts: header-only, no platform-dependent
 # numerics), which `make test` runs; MATRIX_ARGS= runs everything.
-MATRIX_ARGS ?= -m "not slow"
+MATRIX_ARGS ?= -m "not slow" $(PYTEST_WORKERS)
 test-oldest:
 	.ci/oldest.sh $(MATRIX_ARGS)
 
