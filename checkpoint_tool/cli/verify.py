@@ -144,7 +144,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--workers",
                 min=1,
-                help="Threads of the lossless check (default: the usable cores, at most 16).",
+                help="Threads of the lossless check (default: the usable cores, at most 8).",
             ),
         ] = None,
         max_seconds: Annotated[

@@ -3,9 +3,10 @@
 ``same_runs`` compares a range of a DST file with the expected bytes a segment lists as runs
 (``verify.expected.Run``: source tensor byte ranges and fills). Each chunk is read with
 ``os.preadv`` into a buffer the thread reuses (the read releases the GIL; the kernel copies
-from the page cache or the disk into a buffer that stays in cache) and compared with ``==``
-on two ``bytearray`` (a memcmp). Chunks of ``CHUNK`` bytes keep both buffers in the core's L2,
-which is what lets a Python loop compare at about the rate ``cat`` reads (docs/verify.md).
+from the page cache or the disk into a buffer that stays in cache) and compared as ``uint64``
+words with numpy, which releases the GIL too, so every worker reads and compares at once.
+Chunks of ``CHUNK`` bytes keep the Python loop to one iteration per MiB; the defaults are what
+``benchmarks/bench_verify.py --sweep`` measured fastest against ``cat`` (docs/verify.md).
 
 Example::
 
@@ -25,11 +26,11 @@ import numpy as np
 from checkpoint_tool.catalog.files import Files
 from checkpoint_tool.verify.expected import Run
 
-#: bytes compared per read of each side (two buffers per thread, in L2)
-CHUNK = 256 << 10
-#: how two chunks are compared: ``memcmp`` (``bytearray ==``, holds the GIL, fastest per byte)
-#: or ``numpy`` (``uint64`` equality, releases the GIL: more threads compare at once)
-COMPARE = "memcmp"
+#: bytes compared per read of each side (two buffers per thread)
+CHUNK = 1 << 20
+#: how two chunks are compared: ``numpy`` (``uint64`` equality, releases the GIL: the threads
+#: compare at once) or ``memcmp`` (``bytearray ==``, holds the GIL; also every ragged tail)
+COMPARE = "numpy"
 
 #: a source tensor name -> (its file, the offset of its first byte), None when not a local file
 SourceRange = Callable[[str], tuple[Path, int] | None]

@@ -63,12 +63,13 @@ MIN_SEGMENT = 1 << 20
 
 
 def default_workers() -> int:
-    """Threads of the lossless check: the usable cores, at most 16 (the disk is the bound)."""
+    """Threads of the lossless check: the usable cores, at most 8 (past that the threads wait on
+    each other, not on the disk: ``bench_verify.py --sweep`` on 16 cores, docs/verify.md)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
-    return max(1, min(16, cores))
+    return max(1, min(8, cores))
 
 
 @dataclass(eq=False)

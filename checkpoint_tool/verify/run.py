@@ -70,7 +70,7 @@ class VerifyOptions(BaseModel):
     max_mismatches: int = DEFAULT_MAX_LISTED
     #: numeric layers that cannot run (unsupported routing / format) do not fail the run
     allow_skipped: bool = False
-    #: threads of the lossless check (None: the usable cores, at most 16)
+    #: threads of the lossless check (None: the usable cores, at most 8)
     workers: int | None = None
 
 

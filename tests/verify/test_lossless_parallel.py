@@ -90,9 +90,13 @@ def test_same_report_for_any_worker_count(converted, dst_copy, preset: str) -> N
     assert failed[0]["status"] == "failed" and len(failed[0]["mismatches"]) == 6
 
 
+@pytest.mark.parametrize("compare", ["numpy", "memcmp"])
 @pytest.mark.parametrize("where", ["first", "middle", "last"])
-def test_a_difference_in_any_chunk_is_found(converted, dst_copy, monkeypatch, where: str) -> None:
+def test_a_difference_in_any_chunk_is_found(
+    converted, dst_copy, monkeypatch, where: str, compare: str
+) -> None:
     monkeypatch.setattr(chunks, "CHUNK", 48)  # many chunks per run, a ragged tail
+    monkeypatch.setattr(chunks, "COMPARE", compare)
     src, dst = converted("quark-mxfp4", tp=1)
     plan, cat = _plan(src, dst)
     bad = dst_copy(dst)
