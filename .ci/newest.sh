@@ -2,6 +2,7 @@
 # The newest leg of the support matrix: Debian 13 (trixie) with its Python 3.13, and the newest
 # releases of every dependency that resolve from PyPI, in a debootstrap chroot under the repo.
 #   .ci/newest.sh            build the chroot (once) and its venv, then run the suite in it
+#   .ci/newest.sh --setup-only   build them, run nothing (.ci/run builds every leg's first)
 #   NEWEST_ROOT=DIR          where the chroot lives (default: .newest/root, inside the repo)
 #   NEWEST_MIRROR=URL        the Debian mirror (default: the first one apt uses here, else deb.debian.org)
 #   NEWEST_TORCH=0           leave torch out (then the suite's torch tests skip; see README)
@@ -69,6 +70,7 @@ in_root /venv/bin/python -c 'import sys, importlib.metadata as m
 print("newest: python", sys.version.split()[0], *(f"{p} {m.version(p)}" for p in
   ("numpy", "safetensors", "pydantic", "typer", "huggingface_hub", "ml_dtypes", "torch", "triton")
   if any(d.metadata["Name"].lower().replace("-", "_") == p for d in m.distributions())))'
+[ "${1:-}" = "--setup-only" ] && exit 0
 t2=$(date +%s)
 in_root /bin/sh -c 'cd /src && /venv/bin/python -m pytest -p no:cacheprovider "$@"' sh "$@"
 echo "newest: suite $(($(date +%s) - t2)) s"

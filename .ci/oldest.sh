@@ -2,6 +2,7 @@
 # The oldest leg of the support matrix: the lowest Python and dependency versions that
 # pyproject.toml declares, in their own venv; then the suite.
 #   .ci/oldest.sh [pytest args]     OLDEST_PYTHON=python3.11  OLDEST_VENV=.venv-oldest
+#   .ci/oldest.sh --setup-only      build the venv, run nothing (.ci/run builds every leg's first)
 # uv resolves the runtime dependencies and the ray extra at `--resolution lowest-direct` (each
 # at the lowest release its range allows; torch from PyPI: its default build runs on CPU too);
 # the test tools of the dev extra then resolve to their newest around those pins.
@@ -28,6 +29,7 @@ fi
 print("oldest: python", sys.version.split()[0], *(f"{p} {m.version(p)}" for p in
   ("numpy", "safetensors", "pydantic", "typer", "huggingface_hub", "ml_dtypes", "rich", "pyyaml",
    "torch", "ray", "triton")))'
+[ "${1:-}" = "--setup-only" ] && exit 0
 t1=$(date +%s)
 "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"
 echo "oldest: suite $(($(date +%s) - t1)) s"
