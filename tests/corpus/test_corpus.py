@@ -45,7 +45,7 @@ TINY_CHECKS = (
 ROUTED_ROWS = re.compile(r"\.experts\.\d+\.(gate_proj|up_proj|w1|w3)\.weight$")
 SHARED_ROWS = re.compile(r"\.shared_experts?\.(gate_proj|up_proj|w1|w3)\.weight$")
 #: the full-size twins' checks are marked slow: header-only (sparse files, no tensor data, no
-#: platform-dependent numerics), seconds each and about half the default run's time; the
+#: platform-dependent numerics), seconds each and the largest share of the default run; the
 #: support matrix's oldest and newest legs leave them out, `make test` runs them all
 
 
